@@ -1,0 +1,101 @@
+"""The frame every dialect endpoint runs in: errors, hang-ups, one record per request."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from adapters.inbound._shared.exchange import ClientGone, Exchange
+from domain.errors import GatewayError, MethodNotAllowed
+from ports.telemetry import RequestObserver
+
+log = logging.getLogger("gateway.edge")
+
+
+class ErrorRenderer(Protocol):
+    """How one dialect shows a failure."""
+
+    def render(self, error: GatewayError, request_id: str) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
+        """(status, body, content type, extra headers) of an error response."""
+        ...
+
+    def stream_error(self, error: GatewayError, request_id: str) -> bytes:
+        """The terminal frame for a failure after the stream started."""
+        ...
+
+
+class InternalError(GatewayError):
+    """An unexpected fault: rendered as a 500 that reveals nothing internal."""
+
+    title = "Internal error"
+
+    def __init__(self) -> None:
+        super().__init__("The gateway failed to process this request. Quote the request id when reporting it.")
+
+
+Work = Callable[[Exchange], Awaitable[None]]
+
+
+async def serve(
+    ex: Exchange, work: Work, errors: ErrorRenderer, observer: RequestObserver
+) -> None:
+    """Run `work` for one exchange; render any failure in the dialect's shape.
+
+    A failure before the response started becomes an error response; after, a
+    terminal in-stream error frame. A hang-up cancels the work (see `Exchange`); its
+    cancellation is absorbed here, so `finally` blocks below have released every slot.
+    """
+    try:
+        await work(ex)
+    except asyncio.CancelledError:
+        if not ex.gone:
+            raise
+    except ClientGone:
+        ex.gone = True
+    except GatewayError as error:
+        await _fail(ex, error, errors)
+    except Exception:
+        log.exception("unhandled error", extra={"request_id": ex.request_id})
+        await _fail(ex, InternalError(), errors)
+    finally:
+        ex.stop_watching()
+        observer.request_finished(ex.close_record())
+
+
+async def _fail(ex: Exchange, error: GatewayError, errors: ErrorRenderer) -> None:
+    ex.record.error_kind = error.kind
+    if ex.gone:
+        return
+    try:
+        if not ex.started:
+            status, body, content_type, headers = errors.render(error, ex.request_id)
+            await ex.respond(status, body, content_type, headers)
+        elif not ex.finished:
+            await ex.end_stream(errors.stream_error(error, ex.request_id))
+    except (ClientGone, OSError):
+        ex.gone = True
+
+
+def retry_after_headers(error: GatewayError) -> list[tuple[bytes, bytes]]:
+    if error.retry_after is None:
+        return []
+    return [(b"retry-after", str(error.retry_after).encode())]
+
+
+async def _not_allowed(ex: Exchange) -> None:
+    raise MethodNotAllowed(f"{ex.scope.get('method')} is not allowed on {ex.record.route}.")
+
+
+def asgi_endpoint(
+    surface: str, route: str, methods: tuple[str, ...], work: Work,
+    errors: ErrorRenderer, observer: RequestObserver,
+) -> Callable[[Any, Any, Any], Awaitable[None]]:
+    """A raw ASGI callable running `work` inside `serve` for the given methods."""
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        ex = Exchange(scope, receive, send, surface, route)
+        await serve(ex, work if scope["method"] in methods else _not_allowed, errors, observer)
+
+    return endpoint

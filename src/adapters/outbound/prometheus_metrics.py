@@ -1,0 +1,105 @@
+"""Prometheus metrics: admission gauges read from the gate, request metrics from records.
+
+Gauges are collected at scrape time from `AdmissionGate.snapshot`, so they show the
+gate's state (shared state, with a shared ledger) rather than a copy kept in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from domain.records import RequestRecord
+from ports.admission import AdmissionGate
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class _GateCollector(Collector):
+    def __init__(self, gate: AdmissionGate) -> None:
+        self._gate = gate
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        in_use = GaugeMetricFamily(
+            "gateway_upstream_slots_in_use", "Requests admitted to the upstream now", labels=["upstream"])
+        limit = GaugeMetricFamily(
+            "gateway_upstream_slots_limit", "Configured in-flight cap (max_in_flight)", labels=["upstream"])
+        depth = GaugeMetricFamily(
+            "gateway_upstream_queue_depth", "Requests waiting for a slot now", labels=["upstream"])
+        queue_limit = GaugeMetricFamily(
+            "gateway_upstream_queue_limit", "Configured queue depth", labels=["upstream"])
+        outcomes = CounterMetricFamily(
+            "gateway_admission", "Admission outcomes", labels=["upstream", "outcome"])
+        for upstream in self._gate.upstreams():
+            snap = self._gate.snapshot(upstream)
+            in_use.add_metric([upstream], snap.in_use)
+            depth.add_metric([upstream], snap.queued)
+            if snap.limit is not None:
+                limit.add_metric([upstream], snap.limit)
+            if snap.queue_limit is not None:
+                queue_limit.add_metric([upstream], snap.queue_limit)
+            for outcome, count in self._gate.counters(upstream).items():  # type: ignore[attr-defined]
+                outcomes.add_metric([upstream, outcome], count)
+        yield from (in_use, limit, depth, queue_limit, outcomes)
+
+
+class PrometheusMetrics:
+    """Owns one registry; `request_finished` makes it a `RequestObserver`."""
+
+    def __init__(self, gate: AdmissionGate) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_GateCollector(gate))
+        r = self.registry
+        self._requests = Counter(
+            "gateway_requests", "Finished requests", ["surface", "route", "status"], registry=r)
+        self._duration = Histogram(
+            "gateway_request_duration_seconds", "Request duration", ["upstream"],
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self._queue_wait = Histogram(
+            "gateway_queue_wait_seconds", "Time spent waiting for a slot", ["upstream"],
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self._ttft = Histogram(
+            "gateway_time_to_first_token_seconds", "Time to the first streamed token", ["upstream"],
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self._tokens = Counter(
+            "gateway_tokens", "Tokens processed", ["upstream", "model", "direction"], registry=r)
+        self._upstream_errors = Counter(
+            "gateway_upstream_errors", "Failed requests by error kind", ["upstream", "kind"], registry=r)
+
+    def request_finished(self, record: RequestRecord) -> None:
+        self._requests.labels(record.surface, record.route, str(record.status)).inc()
+        upstream = record.upstream
+        if upstream is None:
+            return
+        self._duration.labels(upstream).observe(record.duration_seconds)
+        if record.queue_wait_seconds is not None:
+            self._queue_wait.labels(upstream).observe(record.queue_wait_seconds)
+        if record.first_token_seconds is not None:
+            self._ttft.labels(upstream).observe(record.first_token_seconds)
+        model = record.model or ""
+        if record.input_tokens:
+            self._tokens.labels(upstream, model, "input").inc(record.input_tokens)
+        if record.output_tokens:
+            self._tokens.labels(upstream, model, "output").inc(record.output_tokens)
+        if record.error_kind is not None:
+            self._upstream_errors.labels(upstream, record.error_kind).inc()
+
+    def render(self) -> tuple[bytes, bytes]:
+        return CONTENT_TYPE_LATEST.encode(), generate_latest(self.registry)
+
+
+class FanOutObserver:
+    """Hands each record to several observers (log line, metrics, ...)."""
+
+    __slots__ = ("_observers",)
+
+    def __init__(self, *observers: object) -> None:
+        self._observers = tuple(o.request_finished for o in observers)  # type: ignore[attr-defined]
+
+    def request_finished(self, record: RequestRecord) -> None:
+        for observe in self._observers:
+            observe(record)

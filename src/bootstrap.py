@@ -1,0 +1,210 @@
+"""Composition root: the only module that knows every concrete class, plus the CLI.
+
+`gateway serve --config PATH` runs the gateway, `gateway check-config --config PATH`
+validates a file, `gateway stub --listen HOST:PORT` runs the vLLM-like stub upstream.
+`gateway serve` without `--config` runs the embedded demo: two stub upstreams
+started as child processes and a config pointing at them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+from dependency_injector import containers, providers
+from litestar import Litestar
+from litestar.config.cors import CORSConfig
+from litestar.handlers import asgi
+
+from adapters.inbound import anthropic, openai
+from adapters.inbound._shared.dialect import EdgeContext, InboundDialect
+from adapters.inbound.operations import operations_routes
+from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.openai_compat import AiohttpUpstreamClient
+from adapters.outbound.prometheus_metrics import FanOutObserver, PrometheusMetrics
+from adapters.outbound.request_log import JsonRequestLog
+from adapters.outbound.system_clock import SystemClock
+from application.chat import ChatService
+from config import Config, ConfigError, dump_config, load_config, parse_listen
+from domain.admission import AdmissionPolicy
+from domain.routing import ModelRouter
+
+# The registration point for inbound dialects: a new dialect is one more entry here.
+DIALECTS: list[InboundDialect] = [openai.dialect, anthropic.dialect]
+
+log = logging.getLogger("gateway")
+
+
+async def _http_session(config: Config) -> AsyncIterator[aiohttp.ClientSession]:
+    """One pooled client session per process, shared by every upstream."""
+    connector = aiohttp.TCPConnector(
+        limit=sum(u.max_connections for u in config.upstreams.values()),
+        limit_per_host=max(u.max_connections for u in config.upstreams.values()),
+        keepalive_timeout=30,
+        enable_cleanup_closed=True,
+    )
+    session = aiohttp.ClientSession(
+        connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
+    )
+    try:
+        yield session
+    finally:
+        await session.close()
+
+
+def _policies(config: Config) -> dict[str, AdmissionPolicy | None]:
+    policies: dict[str, AdmissionPolicy | None] = {}
+    for name, upstream in config.upstreams.items():
+        table = upstream.admission
+        policies[name] = None if table is None else AdmissionPolicy(
+            max_in_flight=table.max_in_flight,
+            queue_depth=table.queue_depth,
+            queue_timeout_seconds=table.queue_timeout_seconds,
+        )
+    return policies
+
+
+def _upstream_clients(config: Config, session: Any) -> dict[str, AiohttpUpstreamClient]:
+    return {
+        name: AiohttpUpstreamClient(
+            session=session,
+            name=name,
+            base_url=upstream.url,
+            connect_timeout=upstream.connect_timeout_seconds,
+            first_byte_timeout=upstream.first_byte_timeout_seconds,
+            idle_timeout=upstream.idle_timeout_seconds,
+        )
+        for name, upstream in config.upstreams.items()
+    }
+
+
+class Container(containers.DeclarativeContainer):
+    config = providers.Dependency(instance_of=Config)
+    clock = providers.Singleton(SystemClock)
+    http_session = providers.Resource(_http_session, config)
+    router = providers.Singleton(
+        lambda c: ModelRouter({n: u.models for n, u in c.upstreams.items()}), config
+    )
+    gate = providers.Singleton(
+        lambda c, clock: InMemoryAdmissionGate(_policies(c), clock), config, clock
+    )
+    upstreams = providers.Singleton(_upstream_clients, config, http_session.provider)
+    service = providers.Singleton(
+        lambda c, router, upstreams, gate: ChatService(
+            router, upstreams, gate, c.server.queue_update_interval_seconds
+        ),
+        config, router, upstreams, gate,
+    )
+    metrics = providers.Singleton(PrometheusMetrics, gate)
+    request_log = providers.Singleton(lambda c: JsonRequestLog(enabled=c.server.access_log), config)
+    observer = providers.Singleton(FanOutObserver, request_log, metrics)
+
+
+def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) -> Litestar:
+    """The Litestar app serving every registered dialect plus the operations endpoints."""
+    container = Container(config=config)
+    context = EdgeContext(
+        service=container.service(),
+        observer=container.observer(),
+        max_body_bytes=config.server.max_body_bytes,
+        ping_interval_seconds=config.server.ping_interval_seconds,
+    )
+    handlers = []
+    for dialect in DIALECTS if dialects is None else dialects:
+        for route in dialect.routes(context):
+            handlers.append(asgi(route.path, copy_scope=False, name=f"{dialect.name}:{route.path}")(route.endpoint))
+    metrics = container.metrics()
+    for route in operations_routes(metrics.render, ready=lambda: True):
+        handlers.append(asgi(route.path, copy_scope=False)(route.endpoint))
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await container.init_resources()  # type: ignore[misc]
+        try:
+            yield
+        finally:
+            await container.shutdown_resources()  # type: ignore[misc]
+
+    cors = (
+        CORSConfig(allow_origins=config.server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],
+                   allow_headers=["*"], expose_headers=["request-id", "x-request-id", "retry-after"])
+        if config.server.cors_allowed_origins
+        else None
+    )
+    app = Litestar(route_handlers=handlers, lifespan=[lifespan], cors_config=cors, openapi_config=None)
+    app.state.container = container
+    return app
+
+
+# --- CLI ---------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    if args.config is None:
+        from demo import demo_config
+
+        config, stop_stubs = demo_config()
+    else:
+        config, stop_stubs = load_config(args.config), None
+    host, port = parse_listen(config.server.listen)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        app = build_app(config)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+                access_log=False, log_level="warning", timeout_keep_alive=75,
+                server_header=False, date_header=False,
+            )
+        )
+        log.info("gateway listening on http://%s:%d", host, port)
+        server.run()
+    finally:
+        if stop_stubs is not None:
+            stop_stubs()
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    print(dump_config(config))
+    return 0
+
+
+def _stub(args: argparse.Namespace) -> int:
+    from stub.cli import run
+
+    return run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from stub.cli import add_arguments as add_stub_arguments
+
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help="TOML config file (default: the embedded stub demo)")
+    serve.set_defaults(run=_serve)
+    check = commands.add_parser("check-config", help="validate a config file and print it")
+    check.add_argument("--config", required=True)
+    check.set_defaults(run=_check_config)
+    stub = commands.add_parser("stub", help="run the vLLM-compatible stub upstream")
+    add_stub_arguments(stub)
+    stub.set_defaults(run=_stub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except ConfigError as error:
+        print(f"gateway: configuration error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The gateway's configuration file (TOML), decoded and checked with msgspec.
+
+Admission limits have no defaults: an operator must say how many slots an upstream
+has. Operational knobs have documented defaults (docs/operations.md), so a file with
+only the keys shown in the README is complete. Every mistake raises `ConfigError`
+with a message that names the key.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+from msgspec import Meta, Struct
+
+PositiveFloat = Annotated[float, Meta(gt=0)]
+PositiveInt = Annotated[int, Meta(gt=0)]
+NonNegativeInt = Annotated[int, Meta(ge=0)]
+
+
+class ConfigError(Exception):
+    """A configuration mistake; the message names the offending key."""
+
+
+class Section(Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base: unknown keys are errors (a typo must not silently fall back to a default)."""
+
+
+class ServerConfig(Section):
+    listen: str = "127.0.0.1:8080"
+    workers: PositiveInt = 1
+    max_body_bytes: PositiveInt = 4 * 1024 * 1024
+    drain_grace_seconds: PositiveFloat = 30.0
+    ping_interval_seconds: PositiveFloat = 10.0
+    queue_update_interval_seconds: PositiveFloat = 1.0
+    cors_allowed_origins: list[str] = msgspec.field(default_factory=list)
+    access_log: bool = True
+
+
+class AdmissionTable(Section):
+    """Per-upstream limits. Every key is required."""
+
+    sequence_slots: PositiveInt
+    max_in_flight: PositiveInt
+    queue_depth: NonNegativeInt
+    queue_timeout_seconds: PositiveFloat
+
+
+class UpstreamConfig(Section):
+    url: str
+    models: Annotated[list[str], Meta(min_length=1)]
+    admission: AdmissionTable | None = None
+    connect_timeout_seconds: PositiveFloat = 5.0
+    first_byte_timeout_seconds: PositiveFloat = 120.0
+    idle_timeout_seconds: PositiveFloat = 60.0
+    max_connections: PositiveInt = 256
+
+
+class SharedAdmissionConfig(Section):
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: str | None = None
+    lease_seconds: PositiveFloat = 10.0
+    key_prefix: str = "gateway"
+
+
+class TelemetryConfig(Section):
+    otlp_endpoint: str | None = None
+    service_name: str = "gateway"
+    sample_ratio: Annotated[float, Meta(ge=0, le=1)] = 1.0
+
+
+class Config(Section):
+    upstreams: dict[str, UpstreamConfig]
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    admission: SharedAdmissionConfig = msgspec.field(default_factory=SharedAdmissionConfig)
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
+
+
+_PATH = re.compile(r"`\$((?:[.\[][^`]*)?)`")
+
+
+def _readable(error: msgspec.ValidationError, prefix: str = "") -> str:
+    """Turn msgspec's `$.a.b` paths into `a.b` keys under `prefix`."""
+    text = str(error)
+    field = re.search(r"field `([^`]+)`", text)
+    path = _PATH.search(text)
+    where = prefix + (path.group(1) if path else "")
+    where = where.lstrip(".")
+    if field and ("missing required field" in text or "unknown field" in text):
+        key = f"{where}.{field.group(1)}" if where else field.group(1)
+        what = "missing required key" if "missing" in text else "unknown key"
+        return f"{what} '{key}'"
+    message = re.sub(r"\s*-\s*at\s*$", "", _PATH.sub("", text)).strip()
+    return f"invalid value for '{where}': {message}" if where else message
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"server.listen must be HOST:PORT, got '{value}'")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _check(config: Config) -> None:
+    parse_listen(config.server.listen)
+    if not config.upstreams:
+        raise ConfigError("upstreams: at least one upstream is required")
+    seen_addresses: dict[tuple[str, str, int], str] = {}
+    seen_models: dict[str, str] = {}
+    for name, upstream in config.upstreams.items():
+        key = f"upstreams.{name}"
+        parts = urlsplit(upstream.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"{key}.url must be an http(s) URL, got '{upstream.url}'")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        address = (parts.scheme, parts.hostname.lower(), port)
+        if address in seen_addresses:
+            raise ConfigError(
+                f"{key}.url: upstreams '{seen_addresses[address]}' and '{name}' have the same "
+                f"address {parts.hostname}:{port}; one upstream must have one table"
+            )
+        seen_addresses[address] = name
+        for model in upstream.models:
+            if model in seen_models:
+                raise ConfigError(
+                    f"{key}.models: model '{model}' is already served by "
+                    f"'upstreams.{seen_models[model]}'"
+                )
+            seen_models[model] = name
+        table = upstream.admission
+        if table is not None and table.max_in_flight >= table.sequence_slots:
+            raise ConfigError(
+                f"{key}.admission.max_in_flight ({table.max_in_flight}) must be below "
+                f"sequence_slots ({table.sequence_slots}) to leave operator headroom"
+            )
+    if config.admission.backend == "redis" and not config.admission.redis_url:
+        raise ConfigError("admission.redis_url is required when admission.backend = 'redis'")
+    if config.admission.backend == "memory" and config.server.workers > 1:
+        raise ConfigError(
+            "server.workers > 1 needs admission.backend = 'redis': the in-memory ledger "
+            "is only correct in one process"
+        )
+
+
+def load_config_text(text: str) -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}") from None
+    if not isinstance(raw.get("upstreams"), dict) or not raw["upstreams"]:
+        raise ConfigError("missing required table 'upstreams' (at least one upstream)")
+    upstreams: dict[str, UpstreamConfig] = {}
+    for name, table in raw.pop("upstreams").items():
+        try:
+            upstreams[name] = msgspec.convert(table, UpstreamConfig)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(_readable(exc, f"upstreams.{name}")) from None
+    try:
+        config = msgspec.convert({**raw, "upstreams": {}}, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_readable(exc)) from None
+    config.upstreams = upstreams
+    _check(config)
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file '{path}': {exc.strerror}") from None
+    return load_config_text(text)
+
+
+def dump_config(config: Config) -> str:
+    """The effective configuration (defaults filled in) as JSON, for check-config."""
+    return msgspec.json.format(msgspec.json.encode(config).decode(), indent=2)

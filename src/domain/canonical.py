@@ -1,0 +1,219 @@
+"""The dialect-neutral request, response and stream events.
+
+Every inbound dialect decodes into `ChatRequest`; every upstream adapter answers
+with a `ChatResponse` or a sequence of `StreamEvent`s. Nothing here knows which
+surface produced a request: `surface` is a label for logs and traces only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct
+
+# --- content parts -------------------------------------------------------
+
+
+class TextPart(Struct, tag="text", kw_only=True):
+    text: str
+
+
+class ImagePart(Struct, tag="image", kw_only=True):
+    """An image by URL; inline images are `data:` URLs (what OpenAI-compatible servers take)."""
+
+    url: str
+    detail: str | None = None
+
+
+class ToolUsePart(Struct, tag="tool_use", kw_only=True):
+    """A tool call made by the assistant; `arguments` is the JSON text of the input object."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class ToolResultPart(Struct, tag="tool_result", kw_only=True):
+    tool_use_id: str
+    content: list[TextPart | ImagePart]
+    is_error: bool = False
+
+
+class ThinkingPart(Struct, tag="thinking", kw_only=True):
+    """Reasoning text. `signature` is opaque and only ever round-tripped, never forwarded."""
+
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+
+
+Part = TextPart | ImagePart | ToolUsePart | ToolResultPart | ThinkingPart
+
+Role = Literal["system", "user", "assistant"]
+
+
+class Message(Struct, kw_only=True):
+    """One conversation turn. Tool results are parts of a user turn, in any dialect."""
+
+    role: Role
+    content: list[Part]
+    name: str | None = None
+
+
+# --- request -------------------------------------------------------------
+
+
+class ToolSpec(Struct, kw_only=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+ToolChoiceMode = Literal["auto", "none", "required", "named"]
+
+
+class ToolChoice(Struct, kw_only=True):
+    mode: ToolChoiceMode
+    name: str | None = None
+    parallel: bool | None = None
+
+
+class ReasoningConfig(Struct, kw_only=True):
+    """Whether the model should think, and how much; `None` means the upstream's default."""
+
+    enabled: bool | None = None
+    budget_tokens: int | None = None
+
+
+class ChatRequest(Struct, kw_only=True):
+    model: str
+    messages: list[Message]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: list[str] = msgspec.field(default_factory=list)
+    stream: bool = False
+    tools: list[ToolSpec] = msgspec.field(default_factory=list)
+    tool_choice: ToolChoice | None = None
+    user: str | None = None
+    reasoning: ReasoningConfig | None = None
+    # Parameters an OpenAI-compatible upstream understands that the canonical model does
+    # not name (n, seed, logprobs, response_format, vLLM sampling extras...). Forwarded as is.
+    extras: dict[str, Any] = msgspec.field(default_factory=dict)
+    # Labels for logs and traces only; admission never reads them.
+    surface: str = ""
+    request_id: str = ""
+
+
+# --- response ------------------------------------------------------------
+
+FinishReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "content_filter"]
+
+
+class Usage(Struct, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class NativePayload(Struct, kw_only=True):
+    """The upstream's own bytes, tagged with its wire format.
+
+    An inbound dialect whose wire format is the same may relay these bytes untouched
+    (no re-encoding, and fields the canonical model does not name survive); every other
+    dialect ignores them.
+    """
+
+    format: str
+    data: bytes
+
+
+class ChatResponse(Struct, kw_only=True):
+    id: str
+    model: str
+    created: int
+    content: list[Part]
+    finish_reason: FinishReason
+    stop_sequence: str | None = None
+    usage: Usage = msgspec.field(default_factory=Usage)
+    native: NativePayload | None = None
+
+
+# --- stream events ---------------------------------------------------------
+
+
+class MessageStart(Struct, tag="message_start", kw_only=True):
+    id: str
+    model: str
+    created: int
+
+
+class TextDelta(Struct, tag="text_delta", kw_only=True):
+    text: str
+
+
+class ThinkingDelta(Struct, tag="thinking_delta", kw_only=True):
+    text: str
+
+
+class ToolCallStart(Struct, tag="tool_call_start", kw_only=True):
+    """A new tool call; `index` is the call's position among this message's calls."""
+
+    index: int
+    id: str
+    name: str
+
+
+class ToolArgsDelta(Struct, tag="tool_args_delta", kw_only=True):
+    index: int
+    json_fragment: str
+
+
+class UsageReport(Struct, tag="usage", kw_only=True):
+    """Cumulative totals; a later report replaces an earlier one."""
+
+    usage: Usage
+
+
+class Finish(Struct, tag="finish", kw_only=True):
+    reason: FinishReason
+    stop_sequence: str | None = None
+
+
+class StreamError(Struct, tag="error", kw_only=True):
+    """A failure after the stream started; the dialect renders it as its error event."""
+
+    kind: str
+    message: str
+    status: int
+
+
+StreamEvent = (
+    MessageStart
+    | TextDelta
+    | ThinkingDelta
+    | ToolCallStart
+    | ToolArgsDelta
+    | UsageReport
+    | Finish
+    | StreamError
+)
+
+
+class StreamChunk(Struct, kw_only=True):
+    """What one upstream frame decoded to, with the frame itself.
+
+    One frame may carry several events (a finish and usage, say) or none (a keep-alive).
+    `native` lets a dialect with the upstream's wire format relay the frame untouched.
+    """
+
+    events: list[StreamEvent]
+    native: NativePayload | None = None
+
+
+class QueuePosition(Struct, tag="queue", kw_only=True):
+    """Emitted by the application while a request waits for a slot; 1 = next admitted."""
+
+    position: int
+    queued: int

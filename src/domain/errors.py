@@ -1,0 +1,153 @@
+"""Dialect-neutral failures.
+
+Each failure is raised once, where it happens, and rendered at the edge by the
+dialect the request came in on. `status` is the HTTP status both dialects use;
+`kind` is a stable slug (problem `type`, metric label, log field).
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    status: int = 500
+    kind: str = "internal"
+    title: str = "Internal error"
+    retry_after: int | None = None
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or self.title
+        super().__init__(self.message)
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    kind = "invalid-request"
+    title = "Invalid request"
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    kind = "unauthorized"
+    title = "Authentication required"
+
+
+class Forbidden(GatewayError):
+    status = 403
+    kind = "forbidden"
+    title = "Forbidden"
+
+
+class NotFound(GatewayError):
+    status = 404
+    kind = "not-found"
+    title = "Not found"
+
+
+class ModelNotFound(NotFound):
+    kind = "model-not-found"
+    title = "Unknown model"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"The model '{model}' does not exist on this gateway.")
+        self.model = model
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    kind = "method-not-allowed"
+    title = "Method not allowed"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    kind = "payload-too-large"
+    title = "Request body too large"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    kind = "unsupported-media-type"
+    title = "Unsupported media type"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    kind = "rate-limited"
+    title = "Too many requests"
+
+
+class Overloaded(GatewayError):
+    """Base of every 'try again later' outcome: 503 with Retry-After."""
+
+    status = 503
+    kind = "overloaded"
+    title = "Service overloaded"
+
+    def __init__(self, retry_after: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))
+
+
+class QueueFull(Overloaded):
+    kind = "queue-full"
+    title = "Upstream queue is full"
+
+
+class QueueTimeout(Overloaded):
+    kind = "queue-timeout"
+    title = "Timed out waiting for an upstream slot"
+
+
+class Draining(Overloaded):
+    kind = "draining"
+    title = "Gateway is shutting down"
+
+
+class AdmissionUnavailable(Overloaded):
+    kind = "admission-unavailable"
+    title = "Admission backend unavailable"
+
+
+class UpstreamError(GatewayError):
+    """The upstream failed: refused, reset, 5xx, malformed answer."""
+
+    status = 502
+    kind = "upstream-error"
+    title = "Upstream error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    kind = "upstream-unavailable"
+    title = "Upstream unreachable"
+
+
+class UpstreamProtocolError(UpstreamError):
+    kind = "upstream-protocol-error"
+    title = "Upstream sent a malformed answer"
+
+
+class UpstreamTimeout(GatewayError):
+    status = 504
+    kind = "upstream-timeout"
+    title = "Upstream timed out"
+
+
+class UpstreamRejected(GatewayError):
+    """The upstream refused the request with a 4xx; its status and message pass through."""
+
+    kind = "upstream-rejected"
+    title = "Upstream rejected the request"
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotSupported(GatewayError):
+    status = 501
+    kind = "not-supported"
+    title = "Not supported by this upstream"

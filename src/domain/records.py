@@ -1,0 +1,26 @@
+"""What the edge reports about each finished request (logs, metrics, traces)."""
+
+from __future__ import annotations
+
+from msgspec import Struct
+
+
+class RequestRecord(Struct, kw_only=True):
+    """One finished request. `surface` is a label: nothing decides on it."""
+
+    request_id: str
+    surface: str
+    route: str
+    method: str
+    status: int
+    duration_seconds: float
+    model: str | None = None
+    upstream: str | None = None
+    stream: bool = False
+    error_kind: str | None = None
+    client_gone: bool = False
+    queue_wait_seconds: float | None = None
+    first_token_seconds: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None

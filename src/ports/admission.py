@@ -1,0 +1,69 @@
+"""Admission: the per-upstream gate in front of a model server's sequence slots."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+
+class GateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """The state of one upstream's gate now (for metrics and health)."""
+
+    in_use: int
+    queued: int
+    limit: int | None  # None: the upstream is not capped
+    queue_limit: int | None
+
+
+class SlotLease(Protocol):
+    """A granted slot. `release` is idempotent and safe to call from `finally`."""
+
+    queued: bool  # always False: tells a lease from a ticket without isinstance
+
+    async def release(self) -> None: ...
+
+
+class QueueTicket(Protocol):
+    """A request waiting in an upstream's FIFO queue."""
+
+    queued: bool  # always True
+
+    def position(self) -> int:
+        """1-based position in the queue now (1 = next admitted); O(log n)."""
+        ...
+
+    async def wait(self, timeout: float) -> SlotLease | None:
+        """Wait up to `timeout` seconds for a slot.
+
+        Returns the lease once granted, or None if still queued when `timeout` passes.
+        Raises `QueueTimeout` (and leaves the queue) when the queue wait limit passes.
+        Cancelling the waiting task leaves the queue; a slot granted in that same
+        instant is given back.
+        """
+        ...
+
+    async def cancel(self) -> None:
+        """Leave the queue (idempotent); a slot granted meanwhile is given back."""
+        ...
+
+
+class AdmissionGate(Protocol):
+    """One gate per upstream key, shared by every surface.
+
+    Nothing about the request but its upstream key reaches the gate: admission cannot
+    depend on the dialect a request arrived through.
+    """
+
+    async def enter(self, upstream: str) -> SlotLease | QueueTicket:
+        """Take a slot now, or a place in the queue.
+
+        Raises `QueueFull` when the queue is full, `Draining` while shutting down and
+        `AdmissionUnavailable` when the shared backend cannot be reached. An uncapped
+        upstream always gets a lease at once.
+        """
+        ...
+
+    def snapshot(self, upstream: str) -> GateSnapshot: ...
+
+    def upstreams(self) -> list[str]: ...

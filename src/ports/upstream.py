@@ -1,0 +1,37 @@
+"""What the core needs from a model server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from domain.canonical import ChatRequest, ChatResponse, StreamChunk
+
+
+class UpstreamClient(Protocol):
+    """One model server (one upstream address).
+
+    Failures are raised as `domain.errors` types. Cancelling a call aborts the
+    upstream request, so the model server stops generating at once.
+    """
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """Answer a non-streaming request."""
+        ...
+
+    def open_stream(
+        self, request: ChatRequest
+    ) -> AbstractAsyncContextManager[AsyncIterator[StreamChunk]]:
+        """Start a streaming request.
+
+        Entering the context sends the request and checks the upstream's status, so a
+        refusal is raised before anything reaches the client; iterating yields chunks
+        as they arrive; leaving the context closes the upstream response (an early exit
+        aborts the generation upstream).
+        """
+        ...
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        """Count the prompt tokens of a request; `NotSupported` if the server cannot."""
+        ...

@@ -1,0 +1,32 @@
+"""Shared fixtures: real stub and gateway processes on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import Processes
+
+
+@pytest.fixture
+def procs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Processes]:
+    """Start processes with `procs.stub(...)` / `procs.gateway(toml)`; all are stopped after the test.
+
+    When a test fails, the processes' output is printed to help find out why.
+    """
+    processes = Processes(tmp_path)
+    yield processes
+    processes.stop_all()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for proc in processes.procs:
+            print(f"--- {proc.output.name} ---\n{proc.text()[-4000:]}")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

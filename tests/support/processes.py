@@ -1,0 +1,125 @@
+"""Real processes for end-to-end tests: the stub upstream and the gateway, on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    port: int
+    output: Path
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def text(self) -> str:
+        return self.output.read_text(errors="replace") if self.output.exists() else ""
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=5)
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], output: Path, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}:\n{output.read_text(errors='replace')}")
+        try:
+            with urllib.request.urlopen(url, timeout=0.5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready after {timeout}s:\n{output.read_text(errors='replace')}")
+
+
+class Processes:
+    """Starts processes and stops every one of them at teardown."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[Proc] = []
+        self._n = 0
+
+    def _spawn(self, name: str, argv: list[str], port: int, health: str) -> Proc:
+        self._n += 1
+        output = self.workdir / f"{self._n:02d}-{name}.out"
+        handle = output.open("wb")
+        popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
+        handle.close()
+        proc = Proc(popen, port, output)
+        self.procs.append(proc)
+        wait_http(f"http://127.0.0.1:{port}{health}", popen, output)
+        return proc
+
+    def stub(self, *args: str, log: str | Path | None = None) -> Proc:
+        port = free_port()
+        argv = [sys.executable, "-m", "bootstrap", "stub", "--listen", f"127.0.0.1:{port}", *args]
+        if log is not None:
+            argv += ["--log", str(log)]
+        proc = self._spawn("stub", argv, port, "/health")
+        proc.extra["log"] = log
+        return proc
+
+    def gateway(self, toml: str, *, port: int | None = None) -> Proc:
+        """Start `gateway serve` on a config whose [server] listen is filled in here."""
+        port = port or free_port()
+        self._n += 1
+        config = self.workdir / f"gateway-{self._n}.toml"
+        config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n' + toml)
+        argv = [sys.executable, "-m", "bootstrap", "serve", "--config", str(config)]
+        proc = self._spawn("gateway", argv, port, "/healthz")
+        proc.extra["config"] = config
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+def upstream_toml(name: str, url: str, models: list[str], admission: dict[str, float] | None = None,
+                  extra: str = "") -> str:
+    """A `[upstreams.NAME]` table (plus its admission table) as TOML text."""
+    model_list = ", ".join(f'"{m}"' for m in models)
+    text = f'\n[upstreams.{name}]\nurl = "{url}"\nmodels = [{model_list}]\n{extra}'
+    if admission is not None:
+        text += f"\n[upstreams.{name}.admission]\n" + "".join(f"{k} = {v}\n" for k, v in admission.items())
+    return text
