@@ -1,0 +1,237 @@
+"""ChatService with fakes of its ports: every path gives the slot back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from application.chat import ChatService
+from domain.canonical import (
+    ChatRequest, ChatResponse, Finish, MessageStart, QueuePosition, StreamChunk, TextDelta,
+)
+from domain.errors import ModelNotFound, QueueFull, UpstreamError
+from domain.routing import ModelRouter
+from ports.admission import GateSnapshot
+
+
+class FakeLease:
+    queued = False
+
+    def __init__(self, gate: FakeGate) -> None:
+        self.gate = gate
+        self.released = False
+
+    async def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.gate.in_use -= 1
+
+
+class FakeTicket:
+    queued = True
+
+    def __init__(self, gate: FakeGate, positions: list[int]) -> None:
+        self.gate = gate
+        self.positions = positions
+        self.cancelled = False
+        self.granted = asyncio.Event()
+
+    def position(self) -> int:
+        return self.positions[0]
+
+    async def wait(self, timeout: float) -> FakeLease | None:
+        try:
+            await asyncio.wait_for(self.granted.wait(), timeout)
+        except TimeoutError:
+            if len(self.positions) > 1:
+                self.positions.pop(0)
+            return None
+        self.gate.in_use += 1
+        return FakeLease(self.gate)
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeGate:
+    """Admits `free` requests at once, then hands out scripted tickets or rejects."""
+
+    def __init__(self, free: int = 1, tickets: list[FakeTicket] | None = None, reject: bool = False) -> None:
+        self.free = free
+        self.in_use = 0
+        self.tickets = tickets or []
+        self.reject = reject
+
+    async def enter(self, upstream: str) -> FakeLease | FakeTicket:
+        if self.free > 0:
+            self.free -= 1
+            self.in_use += 1
+            return FakeLease(self)
+        if self.reject:
+            raise QueueFull(retry_after=2)
+        return self.tickets.pop(0)
+
+    def snapshot(self, upstream: str) -> GateSnapshot:
+        return GateSnapshot(in_use=self.in_use, queued=len(self.tickets), limit=1, queue_limit=4)
+
+    def upstreams(self) -> list[str]:
+        return ["up"]
+
+
+class FakeUpstream:
+    def __init__(self, chunks: list[StreamChunk] | None = None, fail: Exception | None = None,
+                 hang: bool = False) -> None:
+        self.chunks = chunks or []
+        self.fail = fail
+        self.hang = hang
+        self.calls: list[ChatRequest] = []
+        self.closed = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.calls.append(request)
+        if self.hang:
+            await asyncio.Event().wait()
+        if self.fail:
+            raise self.fail
+        return ChatResponse(id="x", model=request.model, created=0, content=[], finish_reason="end_turn")
+
+    @asynccontextmanager
+    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        self.calls.append(request)
+        if self.fail:
+            raise self.fail
+
+        async def chunks() -> AsyncIterator[StreamChunk]:
+            for chunk in self.chunks:
+                yield chunk
+            if self.hang:
+                await asyncio.Event().wait()
+
+        try:
+            yield chunks()
+        finally:
+            self.closed += 1
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        return 3
+
+
+CHUNKS = [
+    StreamChunk(events=[MessageStart(id="a", model="m", created=0)]),
+    StreamChunk(events=[TextDelta(text="hi")]),
+    StreamChunk(events=[Finish(reason="end_turn")]),
+]
+
+
+def service(gate: FakeGate, upstream: FakeUpstream) -> ChatService:
+    return ChatService(ModelRouter({"up": ["m"]}), {"up": upstream}, gate, queue_update_interval=0.01)
+
+
+def request(stream: bool = False) -> ChatRequest:
+    return ChatRequest(model="m", messages=[], stream=stream)
+
+
+async def test_complete_releases_on_success_and_on_error() -> None:
+    gate = FakeGate(free=2)
+    await service(gate, FakeUpstream()).complete(request())
+    assert gate.in_use == 0
+    with pytest.raises(UpstreamError):
+        await service(gate, FakeUpstream(fail=UpstreamError("boom"))).complete(request())
+    assert gate.in_use == 0
+
+
+async def test_complete_releases_when_cancelled() -> None:
+    gate = FakeGate()
+    task = asyncio.create_task(service(gate, FakeUpstream(hang=True)).complete(request()))
+    await asyncio.sleep(0.01)
+    assert gate.in_use == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gate.in_use == 0
+
+
+async def test_unknown_model_never_reaches_the_gate() -> None:
+    gate = FakeGate(free=0)
+    with pytest.raises(ModelNotFound):
+        await service(gate, FakeUpstream()).complete(ChatRequest(model="nope", messages=[]))
+
+
+async def test_stream_admitted_at_once_has_no_queue_positions() -> None:
+    gate = FakeGate()
+    items = [item async for item in service(gate, FakeUpstream(CHUNKS)).stream(request(True), report_queue=True)]
+    assert items == CHUNKS
+    assert gate.in_use == 0
+
+
+async def test_stream_reports_positions_then_chunks() -> None:
+    ticket = FakeTicket(FakeGate(), positions=[3, 2, 2, 1])
+    gate = FakeGate(free=0, tickets=[ticket])
+    ticket.gate = gate
+    stream = service(gate, FakeUpstream(CHUNKS)).stream(request(True), report_queue=True)
+    seen: list[object] = []
+    async for item in stream:
+        seen.append(item)
+        if isinstance(item, QueuePosition) and item.position == 1:
+            ticket.granted.set()
+    positions = [i.position for i in seen if isinstance(i, QueuePosition)]
+    assert positions == [3, 2, 1]  # unchanged positions are not repeated
+    assert seen[len(positions):] == CHUNKS
+    assert gate.in_use == 0
+
+
+async def test_stream_closed_while_queued_cancels_the_ticket() -> None:
+    gate = FakeGate(free=0)
+    ticket = FakeTicket(gate, positions=[1])
+    gate.tickets = [ticket]
+    upstream = FakeUpstream(CHUNKS)
+    stream = service(gate, upstream).stream(request(True), report_queue=True)
+    assert isinstance(await anext(stream), QueuePosition)
+    await stream.aclose()
+    assert ticket.cancelled and upstream.calls == [] and gate.in_use == 0
+
+
+async def test_stream_cancelled_while_waiting_quietly_cancels_the_ticket() -> None:
+    gate = FakeGate(free=0)
+    ticket = FakeTicket(gate, positions=[1])
+    gate.tickets = [ticket]
+    upstream = FakeUpstream(CHUNKS)
+
+    async def consume() -> None:
+        async for _ in service(gate, upstream).stream(request(True)):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ticket.cancelled and upstream.calls == []
+
+
+async def test_stream_releases_and_closes_upstream_on_early_exit() -> None:
+    gate = FakeGate()
+    upstream = FakeUpstream(CHUNKS, hang=True)
+    stream = service(gate, upstream).stream(request(True))
+    await anext(stream)
+    assert gate.in_use == 1
+    await stream.aclose()
+    assert gate.in_use == 0 and upstream.closed == 1
+
+
+async def test_stream_refused_upstream_raises_before_any_item_and_releases() -> None:
+    gate = FakeGate()
+    stream = service(gate, FakeUpstream(fail=UpstreamError("refused"))).stream(request(True))
+    with pytest.raises(UpstreamError):
+        await anext(stream)
+    assert gate.in_use == 0
+
+
+async def test_queue_full_is_raised_before_any_item() -> None:
+    gate = FakeGate(free=0, reject=True)
+    with pytest.raises(QueueFull) as info:
+        await anext(service(gate, FakeUpstream()).stream(request(True), report_queue=True))
+    assert info.value.retry_after == 2

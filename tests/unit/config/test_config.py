@@ -1,0 +1,96 @@
+"""Configuration: every mistake stops startup with a message naming the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from config import ConfigError, load_config_text
+
+DESIGN_EXAMPLE = """
+[server]
+listen = "127.0.0.1:8080"
+
+[upstreams.reasoning]
+url = "http://reasoning-predictor.llm-serving:80"
+models = ["reasoning"]
+[upstreams.reasoning.admission]
+sequence_slots = 8
+max_in_flight = 6
+queue_depth = 8
+queue_timeout_seconds = 30
+
+[upstreams.qwen]
+url = "http://qwen-predictor.llm-serving:80"
+models = ["qwen2.5:3b-instruct"]
+"""
+
+UPSTREAM = '[upstreams.a]\nurl = "http://a:80"\nmodels = ["m"]\n'
+ADMISSION = "[upstreams.a.admission]\nsequence_slots = 8\nmax_in_flight = 6\nqueue_depth = 8\nqueue_timeout_seconds = 30\n"
+
+
+def test_design_example_is_complete() -> None:
+    config = load_config_text(DESIGN_EXAMPLE)
+    table = config.upstreams["reasoning"].admission
+    assert table is not None and (table.max_in_flight, table.queue_depth) == (6, 8)
+    assert config.upstreams["qwen"].admission is None
+    assert config.server.listen == "127.0.0.1:8080"
+    assert config.upstreams["qwen"].connect_timeout_seconds > 0  # documented default
+
+
+@pytest.mark.parametrize("missing", ["sequence_slots", "max_in_flight", "queue_depth", "queue_timeout_seconds"])
+def test_admission_keys_have_no_defaults(missing: str) -> None:
+    admission = "\n".join(line for line in ADMISSION.splitlines() if not line.startswith(missing))
+    with pytest.raises(ConfigError, match=rf"missing required key 'upstreams\.a\.admission\.{missing}'"):
+        load_config_text(UPSTREAM + admission)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (UPSTREAM + ADMISSION.replace("max_in_flight = 6", "max_in_flight = 8"),
+         r"upstreams\.a\.admission\.max_in_flight \(8\) must be below sequence_slots \(8\)"),
+        (UPSTREAM + ADMISSION.replace("max_in_flight = 6", 'max_in_flight = "6"'),
+         r"invalid value for 'upstreams\.a\.admission\.max_in_flight'"),
+        (UPSTREAM + ADMISSION.replace("queue_depth = 8", "queue_depth = -1"),
+         r"invalid value for 'upstreams\.a\.admission\.queue_depth'"),
+        (UPSTREAM + ADMISSION.replace("queue_timeout_seconds = 30", "queue_timeout_seconds = 0"),
+         r"invalid value for 'upstreams\.a\.admission\.queue_timeout_seconds'"),
+        (UPSTREAM + "typo = 1\n", r"unknown key 'upstreams\.a\.typo'"),
+        ('[server]\nlisen = "x"\n' + UPSTREAM, r"unknown key 'server\.lisen'"),
+        ('[server]\nlisten = "nope"\n' + UPSTREAM, r"server\.listen must be HOST:PORT"),
+        (UPSTREAM.replace('models = ["m"]', "models = []"), r"invalid value for 'upstreams\.a\.models'"),
+        (UPSTREAM.replace("http://a:80", "ftp://a"), r"upstreams\.a\.url must be an http\(s\) URL"),
+        (UPSTREAM + '[upstreams.b]\nurl = "http://A"\nmodels = ["n"]\n', r"upstreams\.b\.url: .*same address"),
+        (UPSTREAM + '[upstreams.b]\nurl = "http://b"\nmodels = ["m"]\n', r"model 'm' is already served"),
+        ("", r"missing required table 'upstreams'"),
+        ("[upstreams", r"not valid TOML"),
+        ('[server]\nworkers = 2\n' + UPSTREAM, r"server\.workers > 1 needs admission\.backend = 'redis'"),
+        ('[admission]\nbackend = "redis"\n' + UPSTREAM, r"admission\.redis_url is required"),
+        ('[admission]\nbackend = "etcd"\n' + UPSTREAM, r"invalid value for 'admission\.backend'"),
+    ],
+)
+def test_mistakes_name_the_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config_text(text)
+
+
+def test_check_config_cli(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(DESIGN_EXAMPLE)
+    ok = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(good)],
+                        capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert '"max_in_flight": 6' in ok.stdout and '"connect_timeout_seconds"' in ok.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text(UPSTREAM + ADMISSION.replace("queue_depth = 8\n", ""))
+    failed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(bad)],
+                            capture_output=True, text=True, check=False)
+    assert failed.returncode == 2
+    assert "upstreams.a.admission.queue_depth" in failed.stderr
+    missing = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(tmp_path / "no")],
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and "cannot read config file" in missing.stderr
