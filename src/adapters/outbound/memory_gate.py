@@ -1,0 +1,277 @@
+"""In-process admission gate: one `SlotLedger` per capped upstream, on asyncio.
+
+Correct in ONE process only (bootstrap refuses several workers with it). The ledger is
+the single source of truth; an asyncio future per waiting call is only a wake-up, so a
+grant, an expiry or a drain that lands while nobody waits is still seen by the next
+`wait`. No background task: expiry is applied lazily on every enter, wait, release and
+snapshot, and a waiter's own timer is armed for its queue deadline.
+
+A ticket's owner must end it (`wait` -> lease, or `cancel`) on every path, e.g. in
+`except BaseException`: a slot granted to a ticket nobody collects is never given back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from domain.admission import AdmissionPolicy, Cancel, Outcome, SlotLedger
+from domain.errors import Draining, QueueFull, QueueTimeout
+from ports.admission import GateSnapshot
+from ports.clock import Clock
+
+# how a ticket's life ended (it ends exactly once)
+_WAITING, _GRANTED, _EXPIRED, _DRAINED, _CANCELLED = range(5)
+_COUNTER_NAMES = (
+    "admitted",
+    "queued",
+    "rejected_full",
+    "rejected_draining",
+    "timed_out",
+    "abandoned",
+    "drained",
+)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class _Upstream:
+    __slots__ = ("admitted", "key", "ledger", "open", "waiters")
+
+    def __init__(self, key: str, policy: AdmissionPolicy | None) -> None:
+        self.key = key
+        self.ledger = None if policy is None else SlotLedger(policy)
+        self.open = 0  # leases held on an uncapped upstream
+        self.admitted = 0  # leases ever granted on an uncapped upstream
+        self.waiters: dict[int, _Ticket] = {}  # queued ticket id -> ticket
+
+
+class _Lease:
+    """A granted slot; `release` is idempotent and safe in `finally`."""
+
+    __slots__ = ("_gate", "_released", "_ticket", "_up")
+    queued = False
+
+    def __init__(self, gate: InMemoryAdmissionGate, up: _Upstream, ticket: int) -> None:
+        self._gate, self._up, self._ticket, self._released = gate, up, ticket, False
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._gate._release(self._up, self._ticket)
+
+
+class _Ticket:
+    """A place in one upstream's FIFO queue."""
+
+    __slots__ = ("_end", "_fut", "_gate", "_id", "_lease", "_ledger", "_retry", "_up", "deadline")
+    queued = True
+
+    def __init__(
+        self,
+        gate: InMemoryAdmissionGate,
+        up: _Upstream,
+        ledger: SlotLedger,
+        ticket: int,
+        deadline: float,
+    ) -> None:
+        self._gate, self._up, self._ledger, self._id = gate, up, ledger, ticket
+        self.deadline = deadline
+        self._fut: asyncio.Future[None] | None = None
+        self._end = _WAITING
+        self._retry = 1
+        self._lease: _Lease | None = None
+
+    def position(self) -> int:
+        """1-based place in the queue now (1 = next); 0 once it has left the queue."""
+        return self._ledger.position(self._id)
+
+    async def wait(self, timeout: float) -> _Lease | None:
+        now = self._gate._clock.now()
+        lease = self._settle(now)
+        if lease is not None or timeout <= 0:
+            return lease
+        remaining = self.deadline - now
+        at_deadline = remaining <= timeout
+        loop = asyncio.get_running_loop()
+        fut = self._fut = loop.create_future()
+        timer = loop.call_later(remaining if at_deadline else timeout, _wake, fut)
+        try:
+            await fut
+        except asyncio.CancelledError:  # hang-up: leave, give back a slot granted meanwhile
+            self._abandon()
+            raise
+        finally:
+            timer.cancel()
+            self._fut = None
+        now = self._gate._clock.now()
+        if at_deadline:  # woken by our own deadline timer unless the state changed
+            now = max(now, self.deadline)
+        return self._settle(now)
+
+    async def cancel(self) -> None:
+        self._abandon()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _settle(self, now: float) -> _Lease | None:
+        """The lease if granted, None while queued; raises if the ticket has ended."""
+        if self._end == _WAITING:
+            if self._ledger.holds(self._id):
+                self._end = _GRANTED
+                self._lease = _Lease(self._gate, self._up, self._id)
+            else:
+                self._gate._expire(self._up, now)
+                if self._end == _WAITING:
+                    return None
+        end = self._end
+        if end == _GRANTED:
+            return self._lease
+        if end == _EXPIRED:
+            raise QueueTimeout(self._retry)
+        if end == _DRAINED:
+            raise Draining(1)
+        raise asyncio.CancelledError("queue ticket was cancelled")
+
+    def _nudge(self) -> None:
+        fut = self._fut
+        if fut is not None:
+            _wake(fut)
+
+    def _end_with(self, end: int) -> None:
+        self._end = end
+        self._nudge()
+
+    def _abandon(self) -> None:
+        if self._end != _WAITING:
+            return  # ended already, or the lease belongs to the caller now
+        self._end_with(_CANCELLED)
+        self._up.waiters.pop(self._id, None)
+        if self._ledger.cancel(self._id) is Cancel.HOLDS_SLOT:  # granted in the same instant
+            self._gate._release(self._up, self._id)
+
+
+class InMemoryAdmissionGate:
+    """`ports.admission.AdmissionGate` for one process: FIFO, cap and depth per upstream.
+
+    `None` as an upstream's policy means uncapped: `enter` grants a lease at once.
+    """
+
+    __slots__ = ("_clock", "_draining", "_idle", "_ups")
+
+    def __init__(self, policies: Mapping[str, AdmissionPolicy | None], clock: Clock) -> None:
+        self._clock = clock
+        self._ups = {key: _Upstream(key, policy) for key, policy in policies.items()}
+        self._draining = False
+        self._idle: asyncio.Event | None = None
+
+    async def enter(self, upstream: str) -> _Lease | _Ticket:
+        """A lease, or a queue ticket; KeyError for an upstream not configured."""
+        if self._draining:
+            raise Draining(1)
+        up = self._ups[upstream]
+        ledger = up.ledger
+        if ledger is None:
+            up.open += 1
+            up.admitted += 1
+            return _Lease(self, up, 0)
+        now = self._clock.now()
+        if ledger.queued:
+            self._expire(up, now)
+        decision = ledger.arrive(now)
+        outcome = decision.outcome
+        if outcome is Outcome.ADMITTED:
+            return _Lease(self, up, decision.ticket)
+        if outcome is Outcome.QUEUED:
+            ticket = _Ticket(self, up, ledger, decision.ticket, decision.deadline)
+            up.waiters[decision.ticket] = ticket
+            return ticket
+        if outcome is Outcome.REJECTED:
+            raise QueueFull(decision.retry_after)
+        raise Draining(decision.retry_after)
+
+    def snapshot(self, upstream: str) -> GateSnapshot:
+        up = self._ups[upstream]
+        ledger = up.ledger
+        if ledger is None:
+            return GateSnapshot(in_use=up.open, queued=0, limit=None, queue_limit=None)
+        self._expire(up, self._clock.now())
+        policy = ledger.policy
+        return GateSnapshot(
+            in_use=ledger.in_flight,
+            queued=ledger.queued,
+            limit=policy.max_in_flight,
+            queue_limit=policy.queue_depth,
+        )
+
+    def upstreams(self) -> list[str]:
+        return list(self._ups)
+
+    def counters(self, upstream: str) -> dict[str, int]:
+        """Cumulative outcomes: admitted, queued, rejected_full, rejected_draining,
+        timed_out, abandoned (hung up while queued), drained (failed by `drain`)."""
+        up = self._ups[upstream]
+        if up.ledger is None:
+            return {name: up.admitted if name == "admitted" else 0 for name in _COUNTER_NAMES}
+        return up.ledger.counters()
+
+    def drain(self) -> None:
+        """Admit nothing more; fail every queued waiter with `Draining`.
+
+        Leases already granted keep running and are released as usual.
+        """
+        self._draining = True
+        now = self._clock.now()
+        for up in self._ups.values():
+            if up.ledger is not None:
+                self._expire(up, now)
+                for tid in up.ledger.close():
+                    up.waiters.pop(tid)._end_with(_DRAINED)
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no lease is held; False if `timeout` passes first."""
+        if self._is_idle():
+            return True
+        event = self._idle
+        if event is None:
+            event = self._idle = asyncio.Event()
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return self._is_idle()
+        return True
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _release(self, up: _Upstream, ticket: int) -> None:
+        ledger = up.ledger
+        if ledger is None:
+            up.open -= 1
+        else:
+            now = self._clock.now()
+            waiters = up.waiters
+            for tid in ledger.release(ticket, now):
+                waiters.pop(tid)._nudge()  # granted: its next `_settle` takes the lease
+            self._expire(up, now)  # report tickets that lapsed during the release
+        event = self._idle
+        if event is not None and self._is_idle():
+            self._idle = None
+            event.set()
+
+    def _expire(self, up: _Upstream, now: float) -> None:
+        ledger = up.ledger
+        assert ledger is not None
+        expired = ledger.expire(now)
+        if expired:
+            retry = ledger.retry_after()
+            for tid in expired:
+                ticket = up.waiters.pop(tid)
+                ticket._retry = retry
+                ticket._end_with(_EXPIRED)
+
+    def _is_idle(self) -> bool:
+        return all((up.open if up.ledger is None else up.ledger.in_flight) == 0 for up in self._ups.values())
