@@ -1,0 +1,271 @@
+"""Offline checks of the Kubernetes manifests; CI runs `.venv/bin/python deploy/validate.py`.
+
+For the base and every overlay under deploy/k8s it
+  1. renders the kustomization with deploy/kustomize_lite.py (no kustomize, no cluster),
+  2. validates every object against the Kubernetes JSON schemas shipped in the
+     `kubernetes-validate` package, strictly (an unknown field is an error),
+  3. loads the gateway.toml the gateway pod mounts with the gateway's own config loader,
+  4. checks the operational invariants the manifests' comments promise.
+It prints one line per problem and exits 1 if there is any.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import posixpath
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import kubernetes_validate
+
+ROOT = Path(__file__).resolve().parents[1]
+K8S = ROOT / "deploy" / "k8s"
+CONTAINERFILE = ROOT / "deploy" / "Containerfile"
+if str(ROOT / "src") not in sys.path:  # check this checkout's config.py, not an installed copy
+    sys.path.insert(0, str(ROOT / "src"))
+
+from config import Config, ConfigError, load_config_text, parse_listen  # noqa: E402
+
+
+def _sibling(name: str) -> Any:
+    # Loaded by path so this file works as a script and when a test imports it by path.
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+kustomize_lite = _sibling("kustomize_lite")
+render = kustomize_lite.render
+RenderError = kustomize_lite.RenderError
+object_id = kustomize_lite.object_id
+
+Obj = dict[str, Any]
+# The oldest Kubernetes we support and the newest the package knows: catches both fields
+# too new for old clusters and APIs removed from new ones.
+K8S_VERSIONS = ("1.30", ".".join(kubernetes_validate.latest_version().split(".")[:2]))
+GATEWAY = "gateway"                                  # the Deployment's and container's name
+IMAGE_CONFIG_PATH = "/etc/gateway/gateway.toml"      # deploy/Containerfile's CMD
+DEFAULT_GRACE_SECONDS = 30                           # Kubernetes' default
+
+
+class Missing(Exception):
+    """A piece of the gateway's wiring the checks need is absent."""
+
+
+def kustomizations() -> list[Path]:
+    overlays = K8S / "overlays"
+    return [K8S / "base", *sorted(p for p in overlays.iterdir() if (p / "kustomization.yaml").is_file())]
+
+
+def schema_problems(objects: list[Obj]) -> list[str]:
+    problems = []
+    for obj in objects:
+        for version in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = ".".join(str(part) for part in exc.path) or "(root)"
+                problems.append(f"{object_id(obj)}: Kubernetes {version} schema: {path}: {exc.message}")
+            except kubernetes_validate.SchemaNotFoundError as exc:
+                problems.append(f"{object_id(obj)}: {exc.message}")
+    return problems
+
+
+def find(objects: list[Obj], kind: str, name: str) -> Obj:
+    for obj in objects:
+        if obj["kind"] == kind and obj["metadata"]["name"] == name:
+            return obj
+    raise Missing(f"no {kind} named '{name}'")
+
+
+def gateway_container(deployment: Obj) -> Obj:
+    containers: list[Obj] = deployment["spec"]["template"]["spec"].get("containers", [])
+    for container in containers:
+        if container["name"] == GATEWAY:
+            return container
+    raise Missing(f"{object_id(deployment)} has no container named '{GATEWAY}'")
+
+
+def gateway_config(objects: list[Obj]) -> Config:
+    """Follow the pod's wiring (--config path -> volume mount -> ConfigMap key) and load it."""
+    deployment = find(objects, "Deployment", GATEWAY)
+    container = gateway_container(deployment)
+    args = container.get("args", [])
+    path = args[args.index("--config") + 1] if "--config" in args[:-1] else IMAGE_CONFIG_PATH
+    directory, key = posixpath.split(path)
+    mount = next((m for m in container.get("volumeMounts", []) if m["mountPath"] == directory), None)
+    if mount is None:
+        raise Missing(f"nothing is mounted at {directory} for --config {path}")
+    volumes = deployment["spec"]["template"]["spec"].get("volumes", [])
+    volume: Obj = next((v for v in volumes if v["name"] == mount["name"]), {})
+    if "configMap" not in volume:
+        raise Missing(f"volume '{mount['name']}' mounted at {directory} is not a ConfigMap")
+    config_map = find(objects, "ConfigMap", volume["configMap"]["name"])
+    text = config_map.get("data", {}).get(key)
+    if text is None:
+        raise Missing(f"{object_id(config_map)} has no key '{key}'")
+    try:
+        return load_config_text(text)
+    except ConfigError as exc:
+        raise Missing(f"{object_id(config_map)} {key}: {exc}") from None
+
+
+def pre_stop_seconds(container: Obj) -> float:
+    hook = container.get("lifecycle", {}).get("preStop", {})
+    if "sleep" in hook:
+        return float(hook["sleep"]["seconds"])
+    command = hook.get("exec", {}).get("command", [])
+    if len(command) == 2 and posixpath.basename(command[0]) == "sleep":
+        return float(command[1])
+    return 0.0
+
+
+def _port_number(container: Obj, port: int | str | None) -> int | None:
+    for declared in container.get("ports", []):
+        if port in (declared.get("name"), declared["containerPort"]):
+            return int(declared["containerPort"])
+    return port if isinstance(port, int) else None
+
+
+def invariant_problems(objects: list[Obj], config: Config) -> list[str]:
+    problems = []
+    deployment = find(objects, "Deployment", GATEWAY)
+    pod = deployment["spec"]["template"]["spec"]
+    container = gateway_container(deployment)
+    name = object_id(deployment)
+
+    # The kubelet SIGKILLs at the end of the grace period, which also pays for preStop.
+    grace = pod.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    pre_stop, drain = pre_stop_seconds(container), config.server.drain_grace_seconds
+    if grace <= pre_stop + drain:
+        problems.append(
+            f"{name}: terminationGracePeriodSeconds ({grace}) must exceed preStop ({pre_stop:g} s) + "
+            f"server.drain_grace_seconds ({drain:g} s), or draining pods are killed mid-stream"
+        )
+
+    _, listen_port = parse_listen(config.server.listen)
+    if listen_port not in [p["containerPort"] for p in container.get("ports", [])]:
+        problems.append(f"{name}: no containerPort {listen_port} (server.listen = {config.server.listen})")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        http_get = container.get(probe, {}).get("httpGet", {})
+        if http_get.get("path") != path:
+            problems.append(f"{name}: {probe} must be GET {path}, got {http_get.get('path')!r}")
+        elif _port_number(container, http_get.get("port")) != listen_port:
+            problems.append(f"{name}: {probe} port {http_get.get('port')!r} is not the listen port")
+
+    for workload in objects:
+        if workload["kind"] in kustomize_lite.WORKLOADS:
+            problems.extend(security_problems(workload))
+
+    replicas = deployment["spec"].get("replicas", 1)
+    if replicas > 1 and config.admission.backend != "redis":
+        problems.append(
+            f"{name}: {replicas} replicas need [admission] backend = 'redis'; with "
+            f"'{config.admission.backend}' each pod enforces its own cap"
+        )
+    if config.admission.backend == "redis":
+        problems.extend(redis_problems(objects, config, deployment["metadata"].get("namespace")))
+
+    labels = deployment["spec"]["template"]["metadata"].get("labels", {})
+    for pdb in (o for o in objects if o["kind"] == "PodDisruptionBudget"):
+        selector = pdb["spec"].get("selector", {}).get("matchLabels", {})
+        minimum = pdb["spec"].get("minAvailable")
+        if selector.items() <= labels.items() and isinstance(minimum, int) and minimum >= replicas:
+            problems.append(f"{object_id(pdb)}: minAvailable {minimum} of {replicas} replicas blocks drains")
+    return problems
+
+
+def security_problems(workload: Obj) -> list[str]:
+    """The restricted Pod Security Standard, per container (a container's setting wins)."""
+    pod = workload["spec"]["template"]["spec"]
+    pod_context = pod.get("securityContext", {})
+    problems = []
+    for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+        context = {**pod_context, **container.get("securityContext", {})}
+        where = f"{object_id(workload)} container '{container['name']}'"
+        if context.get("runAsNonRoot") is not True or context.get("runAsUser") == 0:
+            problems.append(f"{where}: must set runAsNonRoot: true")
+        if context.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{where}: must set allowPrivilegeEscalation: false")
+        if context.get("readOnlyRootFilesystem") is not True:
+            problems.append(f"{where}: must set readOnlyRootFilesystem: true")
+        if "ALL" not in context.get("capabilities", {}).get("drop", []):
+            problems.append(f"{where}: must drop ALL capabilities")
+        if context.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{where}: must use seccompProfile RuntimeDefault")
+    return problems
+
+
+def containerfile_problems(objects: list[Obj], config: Config) -> list[str]:
+    """The image and the Deployment must agree: uid, default --config path, exposed port."""
+    final_stage = CONTAINERFILE.read_text(encoding="utf-8").rsplit("\nFROM ", 1)[-1]
+    image: dict[str, str] = {}
+    for line in final_stage.splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word.isupper():
+            image[word] = rest.strip()
+    problems = []
+    pod = find(objects, "Deployment", GATEWAY)["spec"]["template"]["spec"]
+    uid = pod.get("securityContext", {}).get("runAsUser")
+    if uid is not None and image.get("USER", "").split(":")[0] != str(uid):
+        problems.append(f"Containerfile USER {image.get('USER')!r} differs from runAsUser {uid}")
+    command = json.loads(image.get("CMD", "[]"))
+    if command[-2:] != ["--config", IMAGE_CONFIG_PATH]:
+        problems.append(f"Containerfile CMD {command} does not end with --config {IMAGE_CONFIG_PATH}")
+    if image.get("EXPOSE") != str(parse_listen(config.server.listen)[1]):
+        problems.append(f"Containerfile EXPOSE {image.get('EXPOSE')!r} is not the port of server.listen")
+    return problems
+
+
+def redis_problems(objects: list[Obj], config: Config, namespace: str | None) -> list[str]:
+    """An in-cluster redis_url must name a Service rendered here; external hosts are not checked."""
+    host = urlsplit(config.admission.redis_url or "").hostname or ""
+    service, _, rest = host.partition(".")
+    in_cluster = rest in ("", namespace, f"{namespace}.svc", f"{namespace}.svc.cluster.local")
+    services = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
+    if in_cluster and service not in services:
+        return [f"admission.redis_url host '{host}' is not a Service in these manifests"]
+    return []
+
+
+def check(directory: Path) -> tuple[list[Obj], list[str]]:
+    """Render DIRECTORY and return (objects, problems)."""
+    try:
+        objects = render(directory)
+    except (RenderError, OSError) as exc:
+        return [], [f"render: {exc}"]
+    problems = schema_problems(objects)
+    try:
+        config = gateway_config(objects)
+        problems.extend(invariant_problems(objects, config))
+        problems.extend(containerfile_problems(objects, config))
+    except Missing as exc:
+        problems.append(str(exc))
+    return objects, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    directories = [Path(a).resolve() for a in arguments] or kustomizations()
+    failed = False
+    for directory in directories:
+        shown = directory.relative_to(ROOT) if directory.is_relative_to(ROOT) else directory
+        objects, problems = check(directory)
+        for problem in problems:
+            print(f"FAIL {shown}: {problem}")
+        if not problems:
+            versions = " and ".join(K8S_VERSIONS)
+            print(f"ok   {shown}: {len(objects)} objects valid for Kubernetes {versions}; "
+                  "gateway.toml loads; invariants hold")
+        failed = failed or bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""deploy/: the Kubernetes manifests render, match the schemas, and keep their invariants."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load_validator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("deploy_validate", ROOT / "deploy" / "validate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+validate = _load_validator()
+BASE = validate.K8S / "base"
+SINGLE = validate.K8S / "overlays" / "single-replica"
+
+
+def _deployment(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return validate.find(objects, "Deployment", "gateway")  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("directory", validate.kustomizations(), ids=lambda p: p.name)
+def test_every_kustomization_passes(directory: Path) -> None:
+    objects, problems = validate.check(directory)
+    assert problems == []
+    assert _deployment(objects)
+
+
+def test_the_script_exits_zero() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "deploy" / "validate.py")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok   deploy/k8s/base" in result.stdout
+
+
+def test_base_shares_one_cap_across_replicas_through_redis() -> None:
+    objects = validate.render(BASE)
+    config = validate.gateway_config(objects)
+    assert _deployment(objects)["spec"]["replicas"] == 2
+    assert config.admission.backend == "redis"
+    assert config.server.workers == 1
+    assert {"gateway-redis"} <= {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
+
+
+def test_single_replica_overlay_drops_redis_and_the_budget() -> None:
+    objects = validate.render(SINGLE)
+    assert _deployment(objects)["spec"]["replicas"] == 1
+    assert validate.gateway_config(objects).admission.backend == "memory"
+    names = {validate.object_id(o) for o in objects}
+    assert not any("gateway-redis" in n or n.startswith("PodDisruptionBudget") for n in names)
+
+
+def test_grace_period_below_the_drain_grace_fails() -> None:
+    objects = validate.render(BASE)
+    _deployment(objects)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 20
+    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    assert any("terminationGracePeriodSeconds (20) must exceed" in p for p in problems)
+
+
+def test_grace_period_must_also_pay_for_the_pre_stop_sleep() -> None:
+    objects = validate.render(BASE)
+    _deployment(objects)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 33  # > 30, < 35
+    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    assert any("preStop (5 s)" in p for p in problems)
+
+
+def test_several_replicas_on_the_memory_ledger_fail() -> None:
+    objects = validate.render(SINGLE)
+    _deployment(objects)["spec"]["replicas"] = 3
+    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    assert any("3 replicas need [admission] backend = 'redis'" in p for p in problems)
+
+
+def test_redis_url_must_name_a_rendered_service() -> None:
+    redis_service = "Service/llm-gateway/gateway-redis"
+    objects = [o for o in validate.render(BASE) if validate.object_id(o) != redis_service]
+    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    assert any("redis_url host 'gateway-redis'" in p for p in problems)
+
+
+def test_wrong_probe_and_root_user_fail() -> None:
+    objects = validate.render(BASE)
+    pod = _deployment(objects)["spec"]["template"]["spec"]
+    pod["containers"][0]["readinessProbe"]["httpGet"]["path"] = "/healthz"
+    pod["securityContext"]["runAsNonRoot"] = False
+    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    assert any("readinessProbe must be GET /readyz" in p for p in problems)
+    assert any("must set runAsNonRoot: true" in p for p in problems)
+
+
+def test_schema_rejects_a_misspelt_field() -> None:
+    objects = validate.render(BASE)
+    container = _deployment(objects)["spec"]["template"]["spec"]["containers"][0]
+    container["livenesProbe"] = container.pop("livenessProbe")
+    problems = validate.schema_problems(objects)
+    assert any("'livenesProbe' was unexpected" in p for p in problems)
+
+
+def test_an_invalid_gateway_toml_is_reported_by_key() -> None:
+    objects = validate.render(BASE)
+    config_map = validate.find(objects, "ConfigMap", "gateway-config")
+    config_map["data"]["gateway.toml"] = config_map["data"]["gateway.toml"].replace("queue_depth = 8\n", "")
+    with pytest.raises(validate.Missing, match=r"queue_depth"):
+        validate.gateway_config(objects)
+
+
+def test_renderer_refuses_features_it_does_not_implement(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text("resources: []\ncommonAnnotations: {a: b}\n")
+    with pytest.raises(validate.RenderError, match="commonAnnotations"):
+        validate.render(tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (it embeds kustomize)")
+@pytest.mark.parametrize("directory", validate.kustomizations(), ids=lambda p: p.name)
+def test_renderer_matches_real_kustomize(directory: Path) -> None:
+    result = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True,
+                            timeout=60, check=True)
+    theirs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+    def by_id(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {validate.object_id(o): o for o in objects}
+
+    assert by_id(validate.render(directory)) == by_id(theirs)
