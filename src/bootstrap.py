@@ -43,8 +43,9 @@ log = logging.getLogger("gateway")
 async def _http_session(config: Config) -> AsyncIterator[aiohttp.ClientSession]:
     """One pooled client session per process, shared by every upstream."""
     connector = aiohttp.TCPConnector(
-        limit=sum(u.max_connections for u in config.upstreams.values()),
-        limit_per_host=max(u.max_connections for u in config.upstreams.values()),
+        # The pool must never be what makes a request wait: admission is the only queue.
+        limit=0,
+        limit_per_host=0,
         keepalive_timeout=30,
         enable_cleanup_closed=True,
     )
@@ -69,7 +70,11 @@ def _policies(config: Config) -> dict[str, AdmissionPolicy | None]:
     return policies
 
 
-def _upstream_clients(config: Config, session: Any) -> dict[str, AiohttpUpstreamClient]:
+def _upstream_clients(config: Config, session_resource: Any) -> dict[str, AiohttpUpstreamClient]:
+    def session() -> aiohttp.ClientSession:
+        # An initialised async Resource hands out a finished future of its instance.
+        return session_resource().result()  # type: ignore[no-any-return]
+
     return {
         name: AiohttpUpstreamClient(
             session=session,
@@ -95,10 +100,10 @@ class Container(containers.DeclarativeContainer):
     )
     upstreams = providers.Singleton(_upstream_clients, config, http_session.provider)
     service = providers.Singleton(
-        lambda c, router, upstreams, gate: ChatService(
-            router, upstreams, gate, c.server.queue_update_interval_seconds
+        lambda c, router, upstreams, gate, clock: ChatService(
+            router, upstreams, gate, c.server.queue_update_interval_seconds, clock
         ),
-        config, router, upstreams, gate,
+        config, router, upstreams, gate, clock,
     )
     metrics = providers.Singleton(PrometheusMetrics, gate)
     request_log = providers.Singleton(lambda c: JsonRequestLog(enabled=c.server.access_log), config)
@@ -136,7 +141,8 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
         if config.server.cors_allowed_origins
         else None
     )
-    app = Litestar(route_handlers=handlers, lifespan=[lifespan], cors_config=cors, openapi_config=None)
+    app = Litestar(route_handlers=handlers, lifespan=[lifespan], cors_config=cors, openapi_config=None,
+                  logging_config=None)
     app.state.container = container
     return app
 

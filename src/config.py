@@ -55,9 +55,9 @@ class UpstreamConfig(Section):
     models: Annotated[list[str], Meta(min_length=1)]
     admission: AdmissionTable | None = None
     connect_timeout_seconds: PositiveFloat = 5.0
-    first_byte_timeout_seconds: PositiveFloat = 120.0
-    idle_timeout_seconds: PositiveFloat = 60.0
-    max_connections: PositiveInt = 256
+    # A non-streaming answer sends its headers only when generation is done.
+    first_byte_timeout_seconds: PositiveFloat = 600.0
+    idle_timeout_seconds: PositiveFloat = 120.0
 
 
 class SharedAdmissionConfig(Section):

@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 
 from domain.canonical import ChatRequest, ChatResponse, QueuePosition, StreamChunk
+from domain.errors import GatewayError
+from domain.records import RequestRecord
 from domain.routing import ModelRouter
 from ports.admission import AdmissionGate, QueueTicket, SlotLease
+from ports.clock import Clock
+from ports.telemetry import NullTracer, Span, Tracer
 from ports.upstream import UpstreamClient
 
 
@@ -23,7 +27,7 @@ class ChatService:
     back and aborts the upstream call.
     """
 
-    __slots__ = ("_router", "_upstreams", "_gate", "_update_interval")
+    __slots__ = ("_router", "_upstreams", "_gate", "_update_interval", "_clock", "_tracer")
 
     def __init__(
         self,
@@ -31,11 +35,15 @@ class ChatService:
         upstreams: Mapping[str, UpstreamClient],
         gate: AdmissionGate,
         queue_update_interval: float,
+        clock: Clock,
+        tracer: Tracer | None = None,
     ) -> None:
         self._router = router
         self._upstreams = upstreams
         self._gate = gate
         self._update_interval = queue_update_interval
+        self._clock = clock
+        self._tracer = tracer or NullTracer()
 
     def models(self) -> list[str]:
         return self._router.models()
@@ -44,26 +52,28 @@ class ChatService:
         """The upstream key serving `model`; raises `ModelNotFound`."""
         return self._router.upstream_for(model)
 
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        upstream = self._router.upstream_for(request.model)
-        lease = await self._admit_quietly(upstream)
+    async def complete(self, request: ChatRequest, record: RequestRecord | None = None) -> ChatResponse:
+        upstream = self._route(request, record)
+        lease = await self._admit_quietly(upstream, record)
         try:
             return await self._upstreams[upstream].complete(request)
         finally:
             await lease.release()
 
     async def stream(
-        self, request: ChatRequest, *, report_queue: bool = False
+        self, request: ChatRequest, *, report_queue: bool = False, record: RequestRecord | None = None
     ) -> AsyncIterator[QueuePosition | StreamChunk]:
         """Stream a request's answer, preceded by queue positions if `report_queue`.
 
         Failures before the first item is yielded are raised before anything reaches
         the client, so the dialect can still answer with a proper HTTP status.
         """
-        upstream = self._router.upstream_for(request.model)
-        entry = await self._gate.enter(upstream)
+        upstream = self._route(request, record)
+        span, started = self._tracer.start("gateway.admission"), self._clock.now()
+        entry = await self._enter(upstream, span)
         if entry.queued:
             ticket: QueueTicket = entry  # type: ignore[assignment]
+            span.set("gateway.queue.position_on_arrival", ticket.position())
             if report_queue:
                 lease = None
                 try:
@@ -72,14 +82,17 @@ class ChatService:
                             yield item
                         else:
                             lease = item
-                except BaseException:  # hang-up while queued, including GeneratorExit
+                except BaseException as error:  # hang-up while queued, including GeneratorExit
                     await ticket.cancel()
+                    self._admitted(span, started, record, error)
                     raise
                 assert lease is not None
             else:
-                lease = await self._wait(ticket)
+                lease = await self._wait(ticket, span, started, record)
+            self._admitted(span, started, record, None, "queued")
         else:
             lease = entry  # type: ignore[assignment]
+            self._admitted(span, started, record, None, "admitted")
         try:
             async with self._upstreams[upstream].open_stream(request) as chunks:
                 async for chunk in chunks:
@@ -93,20 +106,59 @@ class ChatService:
 
     # --- admission ---------------------------------------------------------------
 
-    async def _admit_quietly(self, upstream: str) -> SlotLease:
-        entry = await self._gate.enter(upstream)
-        if entry.queued:
-            return await self._wait(entry)  # type: ignore[arg-type]
-        return entry  # type: ignore[return-value]
+    def _route(self, request: ChatRequest, record: RequestRecord | None) -> str:
+        upstream = self._router.upstream_for(request.model)
+        if record is not None:
+            record.upstream = upstream
+            record.model = request.model
+        return upstream
 
-    async def _wait(self, ticket: QueueTicket) -> SlotLease:
+    async def _enter(self, upstream: str, span: Span) -> SlotLease | QueueTicket:
+        span.set("gateway.upstream", upstream)
+        try:
+            return await self._gate.enter(upstream)
+        except GatewayError as error:
+            span.set("gateway.admission.outcome", error.kind)
+            span.end(error.kind)
+            raise
+
+    def _admitted(
+        self, span: Span, started: float, record: RequestRecord | None,
+        error: BaseException | None, outcome: str = "abandoned",
+    ) -> None:
+        """Close the admission span and note the queue wait, however admission ended."""
+        waited = self._clock.now() - started
+        if record is not None:
+            record.queue_wait_seconds = waited
+        if isinstance(error, GatewayError):
+            outcome = error.kind
+        span.set("gateway.admission.outcome", outcome)
+        span.set("gateway.queue.wait_seconds", waited)
+        span.end(None if error is None or outcome == "abandoned" else outcome)
+
+    async def _admit_quietly(self, upstream: str, record: RequestRecord | None) -> SlotLease:
+        span, started = self._tracer.start("gateway.admission"), self._clock.now()
+        entry = await self._enter(upstream, span)
+        if not entry.queued:
+            self._admitted(span, started, record, None, "admitted")
+            return entry  # type: ignore[return-value]
+        ticket: QueueTicket = entry  # type: ignore[assignment]
+        span.set("gateway.queue.position_on_arrival", ticket.position())
+        lease = await self._wait(ticket, span, started, record)
+        self._admitted(span, started, record, None, "queued")
+        return lease
+
+    async def _wait(
+        self, ticket: QueueTicket, span: Span, started: float, record: RequestRecord | None
+    ) -> SlotLease:
         try:
             while True:
                 lease = await ticket.wait(3600.0)
                 if lease is not None:
                     return lease
-        except BaseException:
+        except BaseException as error:
             await ticket.cancel()
+            self._admitted(span, started, record, error)
             raise
 
     async def _positions(

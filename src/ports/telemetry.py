@@ -11,3 +11,40 @@ class RequestObserver(Protocol):
     def request_finished(self, record: RequestRecord) -> None:
         """Called once per request, after the last byte was sent or the client left."""
         ...
+
+
+AttributeValue = str | int | float | bool
+
+
+class Span(Protocol):
+    def set(self, key: str, value: AttributeValue) -> None: ...
+
+    def end(self, error: str | None = None) -> None:
+        """Finish the span; `error` marks it failed with that description."""
+        ...
+
+
+class Tracer(Protocol):
+    """Starts spans as children of the current request's span (never made current)."""
+
+    def start(self, name: str) -> Span: ...
+
+
+class _NullSpan:
+    __slots__ = ()
+
+    def set(self, key: str, value: AttributeValue) -> None:
+        pass
+
+    def end(self, error: str | None = None) -> None:
+        pass
+
+
+class NullTracer:
+    """Tracing switched off: no spans, (almost) no cost."""
+
+    __slots__ = ()
+    _span = _NullSpan()
+
+    def start(self, name: str) -> Span:
+        return self._span

@@ -14,6 +14,7 @@ from domain.canonical import (
 )
 from domain.errors import ModelNotFound, QueueFull, UpstreamError
 from domain.routing import ModelRouter
+from adapters.outbound.system_clock import SystemClock
 from ports.admission import GateSnapshot
 
 
@@ -127,7 +128,8 @@ CHUNKS = [
 
 
 def service(gate: FakeGate, upstream: FakeUpstream) -> ChatService:
-    return ChatService(ModelRouter({"up": ["m"]}), {"up": upstream}, gate, queue_update_interval=0.01)
+    return ChatService(ModelRouter({"up": ["m"]}), {"up": upstream}, gate, queue_update_interval=0.01,
+                       clock=SystemClock())
 
 
 def request(stream: bool = False) -> ChatRequest:

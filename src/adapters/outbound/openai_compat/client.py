@@ -1,0 +1,278 @@
+"""`UpstreamClient` for one OpenAI-compatible server (vLLM), over aiohttp.
+
+Timeouts are our own, not aiohttp's `sock_read`, because the wait for headers and
+the gaps between body reads need different bounds (a non-streaming answer sends
+its headers only when generation is done): `connect_timeout` bounds DNS, pool wait
+and TCP connect, `first_byte_timeout` the wait for the response headers,
+`idle_timeout` every single body read.
+
+Any exit before a response body's end closes the connection instead of returning
+it to the pool: that is how vLLM learns the client went away and aborts the
+generation. A body read to its end gives the connection back for reuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+
+import aiohttp
+import msgspec
+from yarl import URL
+
+from domain.canonical import ChatRequest, ChatResponse, StreamChunk
+from domain.errors import (
+    NotSupported,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+
+from .request_body import encode_chat, encode_tokenize
+from .sse_decoder import SseDecoder, SseOverflow
+from .stream_mapping import Phase, StreamMapper, response_from_completion
+from .wire import ERROR_DECODER, TOKENIZE_DECODER
+
+SessionSource = aiohttp.ClientSession | Callable[[], aiohttp.ClientSession]
+
+_JSON = {"Content-Type": "application/json", "Accept": "application/json"}
+_SSE = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+_DRAIN_TIMEOUT = 1.0  # after [DONE], how long to wait for the body's end (pool reuse)
+
+
+class AiohttpUpstreamClient:
+    """One upstream server; share one instance per upstream address."""
+
+    __slots__ = ("_chat_url", "_first_byte", "_idle", "_session", "_timeout", "_tokenize_url", "name")
+
+    def __init__(
+        self,
+        session: SessionSource,
+        *,
+        name: str,
+        base_url: str,
+        connect_timeout: float = 10.0,
+        first_byte_timeout: float = 600.0,
+        idle_timeout: float = 120.0,
+    ) -> None:
+        root = base_url.rstrip("/")
+        self.name = name
+        self._session = session
+        self._chat_url = URL(root + "/v1/chat/completions")
+        self._tokenize_url = URL(root + "/tokenize")
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=connect_timeout, sock_connect=connect_timeout, sock_read=None
+        )
+        self._first_byte = first_byte_timeout
+        self._idle = idle_timeout
+
+    def __repr__(self) -> str:
+        return f"AiohttpUpstreamClient({self.name!r}, {str(self._chat_url)!r})"
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        body = encode_chat(request, stream=False)
+        resp = await self._post(self._chat_url, body, _JSON)
+        try:
+            await self._check_status(resp)
+            raw = await self._read_all(resp)
+        finally:
+            resp.close()  # no-op for the connection once the body was read to its end
+        return response_from_completion(raw)
+
+    def open_stream(self, request: ChatRequest) -> _StreamContext:
+        return _StreamContext(self, request)
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        body = encode_tokenize(request)
+        resp = await self._post(self._tokenize_url, body, _JSON)
+        try:
+            if resp.status == 404:
+                raise NotSupported("upstream has no /tokenize")
+            await self._check_status(resp)
+            raw = await self._read_all(resp)
+        finally:
+            resp.close()
+        try:
+            return TOKENIZE_DECODER.decode(raw).count
+        except msgspec.DecodeError as exc:
+            raise UpstreamProtocolError(f"malformed /tokenize answer: {exc}") from None
+
+    # --- transport -------------------------------------------------------------------
+
+    def _client_session(self) -> aiohttp.ClientSession:
+        source = self._session
+        return source if isinstance(source, aiohttp.ClientSession) else source()
+
+    async def _post(self, url: URL, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        """Send `body` and wait for the response headers; failures as domain errors.
+
+        `request.request_id` is deliberately not sent as `X-Request-Id`: vLLM uses that
+        header as its engine request id, and a client-chosen id reused by concurrent
+        requests must not collide inside the engine.
+        """
+        session = self._client_session()
+        try:
+            async with asyncio.timeout(self._first_byte):
+                return await session.post(url, data=body, headers=headers, timeout=self._timeout)
+        except TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
+            if isinstance(exc, aiohttp.ServerTimeoutError):
+                raise UpstreamTimeout(f"upstream '{self.name}' connect timed out") from exc
+            raise UpstreamTimeout(
+                f"upstream '{self.name}' sent no response within {self._first_byte:g}s"
+            ) from exc
+        except aiohttp.ClientConnectionError as exc:
+            raise UpstreamUnavailable(f"upstream '{self.name}' unreachable: {exc}") from exc
+        except aiohttp.ClientResponseError as exc:  # unparsable status line or headers
+            raise UpstreamProtocolError(
+                f"upstream '{self.name}' sent a malformed HTTP response: {' '.join(exc.message.split())}"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"upstream '{self.name}' request failed: {exc}") from exc
+
+    async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The whole body, with `idle_timeout` bounding each read."""
+        content = resp.content
+        body = bytearray()
+        while True:
+            try:
+                async with asyncio.timeout(self._idle):
+                    data = await content.readany()
+            except TimeoutError as exc:
+                raise UpstreamTimeout(self._stalled()) from exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamError(self._broken(exc)) from exc
+            if not data:
+                return bytes(body)
+            body += data
+
+    async def _check_status(self, resp: aiohttp.ClientResponse) -> None:
+        """Raise the domain error for a non-2xx answer (the body carries the message)."""
+        status = resp.status
+        if 200 <= status < 300:
+            return
+        message = _error_message(await self._read_all(resp))
+        if 400 <= status < 500:
+            raise UpstreamRejected(status, message or f"upstream answered HTTP {status}")
+        if status >= 500:
+            raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}")
+        raise UpstreamProtocolError(f"upstream '{self.name}' answered HTTP {status}")
+
+    def _stalled(self) -> str:
+        return f"upstream '{self.name}' sent nothing for {self._idle:g}s"
+
+    def _broken(self, exc: BaseException) -> str:
+        return f"upstream '{self.name}' connection failed mid-answer: {exc}"
+
+
+def _error_message(raw: bytes) -> str | None:
+    """The message of vLLM's nested or flat error envelope, else the body's text."""
+    try:
+        message = ERROR_DECODER.decode(raw).error_message()
+    except msgspec.DecodeError:
+        message = None
+    return message or raw.decode("utf-8", "replace").strip()[:500] or None
+
+
+class _StreamContext(AbstractAsyncContextManager[AsyncIterator[StreamChunk]]):
+    """What `open_stream` returns: entering sends and checks; leaving closes."""
+
+    __slots__ = ("_client", "_request", "_stream")
+
+    def __init__(self, client: AiohttpUpstreamClient, request: ChatRequest) -> None:
+        self._client = client
+        self._request = request
+        self._stream: _ChunkStream | None = None
+
+    async def __aenter__(self) -> AsyncIterator[StreamChunk]:
+        client, request = self._client, self._request
+        body = encode_chat(request, stream=True)
+        resp = await client._post(client._chat_url, body, _SSE)
+        try:
+            await client._check_status(resp)
+            if resp.content_type != "text/event-stream":
+                message = _error_message(await client._read_all(resp))
+                raise UpstreamProtocolError(
+                    f"upstream '{client.name}' answered {resp.content_type}, not an event stream: {message}"
+                )
+        except BaseException:
+            resp.close()
+            raise
+        self._stream = _ChunkStream(client, resp)
+        return self._stream
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+
+class _ChunkStream:
+    """Async iterator of one response's chunks. Mid-stream failures become a final
+    `StreamError` chunk, never an exception: the client has already had its 200."""
+
+    __slots__ = ("_client", "_decoder", "_eof", "_mapper", "_pending", "_resp")
+
+    def __init__(self, client: AiohttpUpstreamClient, resp: aiohttp.ClientResponse) -> None:
+        self._client = client
+        self._resp = resp
+        self._decoder = SseDecoder()
+        self._mapper = StreamMapper()
+        self._pending: deque[StreamChunk] = deque()
+        self._eof = False
+
+    def __aiter__(self) -> _ChunkStream:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        pending = self._pending
+        while not pending:
+            if self._eof or self._mapper.phase is Phase.FAILED:
+                raise StopAsyncIteration
+            await self._read()
+        return pending.popleft()
+
+    def close(self) -> None:
+        """Abort unless the body was read to its end (then the pool already has it)."""
+        self._eof = True
+        self._resp.close()
+
+    async def _read(self) -> None:
+        mapper, client = self._mapper, self._client
+        timeout = client._idle if not mapper.ended else min(client._idle, _DRAIN_TIMEOUT)
+        try:
+            async with asyncio.timeout(timeout):
+                data = await self._resp.content.readany()
+        except TimeoutError:
+            self._end(mapper.fail(UpstreamTimeout(client._stalled())))
+            return
+        except aiohttp.ClientError as exc:
+            self._end(mapper.fail(UpstreamError(client._broken(exc))))
+            return
+        if not data:
+            self._end(mapper.close())
+            return
+        try:
+            payloads = self._decoder.feed(data)
+        except SseOverflow as exc:
+            self._end(mapper.fail(UpstreamProtocolError(str(exc))))
+            return
+        for payload in payloads:
+            chunk = mapper.feed(payload)
+            if chunk is not None:
+                self._pending.append(chunk)
+                if mapper.phase is Phase.FAILED:
+                    return
+
+    def _end(self, last: StreamChunk | None) -> None:
+        self._eof = True
+        if last is not None:
+            self._pending.append(last)

@@ -1,0 +1,224 @@
+"""vLLM chat-completions answers -> canonical: stream chunks, full responses, finish.
+
+`StreamMapper` is fed one SSE `data` payload at a time and knows where the stream
+is (`Phase`), so a stream can only end in one of two ways: a `Finish` was seen, or
+a `StreamError` is produced. A stream that stops early never looks like a success.
+
+Contract with consumers:
+- Every chunk decoded from an upstream payload carries it as
+  `native=NativePayload("openai-chat", payload)`, error payloads included, so an
+  OpenAI-shaped surface can relay frames byte for byte. `[DONE]` is consumed, not
+  relayed: the iterator just ends and the surface writes its own terminator.
+- Errors the gateway detects itself (malformed JSON, missing finish, transport
+  failures reported through `fail`) carry `native=None`.
+- Only choice 0 produces canonical events; `native` keeps the other choices.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from domain.canonical import (
+    ChatResponse,
+    Finish,
+    MessageStart,
+    NativePayload,
+    Part,
+    StreamChunk,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    TextPart,
+    ThinkingDelta,
+    ThinkingPart,
+    ToolArgsDelta,
+    ToolCallStart,
+    ToolUsePart,
+    Usage,
+    UsageReport,
+)
+from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
+
+from .wire import CHUNK_DECODER, COMPLETION_DECODER, ChunkChoice, ToolCallDelta
+
+NATIVE_FORMAT = "openai-chat"
+_DONE = b"[DONE]"
+
+
+def map_finish(finish_reason: str, stop_reason: str | int | None, tool_calls: bool) -> Finish | StreamError:
+    """OpenAI/vLLM finish_reason (+ vLLM stop_reason) -> canonical finish.
+
+    `length` stays `max_tokens` even after tool calls: a truncated call's arguments
+    are not valid JSON, and `tool_use` would make the client run it.
+    """
+    if finish_reason == "length":
+        return Finish(reason="max_tokens")
+    if finish_reason in ("abort", "error"):
+        return StreamError(
+            kind=UpstreamError.kind,
+            message=f"upstream ended the generation with finish_reason '{finish_reason}'",
+            status=UpstreamError.status,
+        )
+    if finish_reason == "content_filter":
+        return Finish(reason="content_filter")
+    if tool_calls or finish_reason in ("tool_calls", "function_call"):
+        return Finish(reason="tool_use")
+    if isinstance(stop_reason, str):  # a stop string matched (an int is a stop token)
+        return Finish(reason="stop_sequence", stop_sequence=stop_reason)
+    return Finish(reason="end_turn")  # stop, repetition, anything unknown
+
+
+def error_event(error: GatewayError) -> StreamError:
+    return StreamError(kind=error.kind, message=error.message, status=error.status)
+
+
+def response_from_completion(raw: bytes) -> ChatResponse:
+    """A non-streaming answer body -> `ChatResponse` (thinking, text, tool calls in order)."""
+    try:
+        view = COMPLETION_DECODER.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise UpstreamProtocolError(f"malformed upstream response: {exc}") from None
+    if view.is_error:
+        raise UpstreamError(view.error_message() or "upstream reported an error")
+    choice = next((c for c in view.choices if c.index == 0), None)
+    if choice is None or choice.finish_reason is None:
+        raise UpstreamProtocolError("upstream response has no finished choice")
+    message = choice.message
+    content: list[Part] = []
+    thinking = message.reasoning if message.reasoning is not None else message.reasoning_content
+    if thinking:
+        content.append(ThinkingPart(text=thinking))
+    if message.content:
+        content.append(TextPart(text=message.content))
+    for i, call in enumerate(message.tool_calls or ()):
+        call_id = call.id or f"{view.id}-tool-{i}"
+        content.append(ToolUsePart(id=call_id, name=call.function.name, arguments=call.function.arguments))
+    finish = map_finish(choice.finish_reason, choice.stop_reason, bool(message.tool_calls))
+    if isinstance(finish, StreamError):
+        raise UpstreamError(finish.message)
+    usage = Usage()
+    if view.usage is not None:
+        usage = Usage(input_tokens=view.usage.prompt_tokens, output_tokens=view.usage.completion_tokens)
+    return ChatResponse(
+        id=view.id,
+        model=view.model,
+        created=view.created,
+        content=content,
+        finish_reason=finish.reason,
+        stop_sequence=finish.stop_sequence,
+        usage=usage,
+        native=NativePayload(format=NATIVE_FORMAT, data=raw),
+    )
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"  # nothing received
+    OPEN = "open"  # MessageStart emitted, no finish yet
+    FINISHED = "finished"  # choice 0 finished; usage and [DONE] may follow
+    DONE = "done"  # [DONE] received
+    FAILED = "failed"  # a StreamError was emitted; nothing more is produced
+
+
+class StreamMapper:
+    __slots__ = ("_held_args", "_message_id", "_tools", "phase")
+
+    def __init__(self) -> None:
+        self.phase = Phase.IDLE
+        self._message_id = ""
+        self._tools: set[int] = set()  # indices of tool calls already started
+        self._held_args: dict[int, str] = {}  # arguments seen before their call's name
+
+    @property
+    def ended(self) -> bool:
+        """True once nothing more will be produced ([DONE] or an error)."""
+        return self.phase is Phase.DONE or self.phase is Phase.FAILED
+
+    def feed(self, payload: bytes) -> StreamChunk | None:
+        """The chunk one `data` payload maps to; None for `[DONE]`, empties, or after the end."""
+        if self.ended or not payload:
+            return None
+        if payload == _DONE:
+            if self.phase is Phase.FINISHED:
+                self.phase = Phase.DONE
+                return None
+            return self._fail(UpstreamProtocolError("upstream stream ended without a finish_reason"))
+        try:
+            view = CHUNK_DECODER.decode(payload)
+        except msgspec.DecodeError as exc:
+            return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
+        native = NativePayload(format=NATIVE_FORMAT, data=payload)
+        if view.is_error:
+            status = view.error_code() or UpstreamError.status
+            kind = UpstreamRejected.kind if status < 500 else UpstreamError.kind
+            message = view.error_message() or "upstream reported an error mid-stream"
+            self.phase = Phase.FAILED
+            return StreamChunk(events=[StreamError(kind=kind, message=message, status=status)], native=native)
+        events: list[StreamEvent] = []
+        if self.phase is Phase.IDLE:
+            self.phase = Phase.OPEN
+            self._message_id = view.id
+            events.append(MessageStart(id=view.id, model=view.model, created=view.created))
+        for choice in view.choices:
+            if choice.index == 0:
+                self._choice(choice, events)
+                break
+        if view.usage is not None:
+            usage = Usage(input_tokens=view.usage.prompt_tokens, output_tokens=view.usage.completion_tokens)
+            # An error stays the last event; usage still counts what was generated.
+            at = len(events) - 1 if self.phase is Phase.FAILED else len(events)
+            events.insert(at, UsageReport(usage=usage))
+        return StreamChunk(events=events, native=native)
+
+    def close(self) -> StreamChunk | None:
+        """End of the byte stream: an error chunk unless the stream had finished."""
+        if self.ended or self.phase is Phase.FINISHED:
+            return None
+        return self._fail(UpstreamProtocolError("upstream stream ended without a finish_reason"))
+
+    def fail(self, error: GatewayError) -> StreamChunk | None:
+        """A transport failure mid-stream; ignored once choice 0 has finished."""
+        if self.ended or self.phase is Phase.FINISHED:
+            return None
+        return self._fail(error)
+
+    def _fail(self, error: GatewayError) -> StreamChunk:
+        self.phase = Phase.FAILED
+        return StreamChunk(events=[error_event(error)])
+
+    def _choice(self, choice: ChunkChoice, events: list[StreamEvent]) -> None:
+        delta = choice.delta
+        if delta is not None:
+            thinking = delta.reasoning if delta.reasoning is not None else delta.reasoning_content
+            if thinking:
+                events.append(ThinkingDelta(text=thinking))
+            if delta.content:
+                events.append(TextDelta(text=delta.content))
+            if delta.tool_calls:
+                for position, call in enumerate(delta.tool_calls):
+                    self._tool_call(call, position, events)
+        reason = choice.finish_reason
+        if reason is not None and self.phase is Phase.OPEN:
+            finish = map_finish(reason, choice.stop_reason, bool(self._tools))
+            events.append(finish)
+            self.phase = Phase.FAILED if isinstance(finish, StreamError) else Phase.FINISHED
+
+    def _tool_call(self, call: ToolCallDelta, position: int, events: list[StreamEvent]) -> None:
+        index = call.index if call.index is not None else position
+        function = call.function
+        name = function.name if function is not None else None
+        args = function.arguments if function is not None else None
+        if index not in self._tools:
+            if not name:  # no name yet (vLLM always sends it first; others may not)
+                if args:
+                    self._held_args[index] = self._held_args.get(index, "") + args
+                return
+            self._tools.add(index)
+            call_id = call.id or f"{self._message_id}-tool-{index}"
+            events.append(ToolCallStart(index=index, id=call_id, name=name))
+            held = self._held_args.pop(index, "")
+            if held:
+                events.append(ToolArgsDelta(index=index, json_fragment=held))
+        if args:
+            events.append(ToolArgsDelta(index=index, json_fragment=args))

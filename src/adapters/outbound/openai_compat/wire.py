@@ -1,0 +1,152 @@
+"""Read-only views of what an OpenAI-compatible server (vLLM) answers.
+
+Only the fields the gateway acts on are declared; msgspec skips everything else
+without building it, which keeps the per-chunk cost of a stream low. Unknown or
+extra fields never fail a decode: relaying them is `NativePayload`'s job.
+Decoders are built once, here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Struct
+
+
+class View(Struct, kw_only=True):
+    """Base of every view: keyword-only, all fields optional with defaults."""
+
+
+class UsageView(View):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ErrorInfo(View):
+    """vLLM >= 0.10.1 nests `{"error": {...}}`; `code` is the HTTP status (int)."""
+
+    message: str | None = None
+    type: str | None = None
+    code: int | str | None = None
+
+
+class ErrorFields(View):
+    """Both vLLM error envelopes: nested `error`, or flat `{"object":"error",...}`.
+
+    `error` may also be a bare string (some proxies); `detail` is FastAPI's default.
+    """
+
+    error: ErrorInfo | str | None = None
+    object: str | None = None
+    message: str | None = None
+    type: str | None = None
+    code: int | str | None = None
+    detail: Any = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.error is not None or self.object == "error"
+
+    def error_message(self) -> str | None:
+        err = self.error
+        if isinstance(err, ErrorInfo) and err.message:
+            return err.message
+        if isinstance(err, str) and err:
+            return err
+        if self.message:
+            return self.message
+        detail = self.detail
+        if detail is None or isinstance(detail, str):
+            return detail
+        return msgspec.json.encode(detail).decode()[:500]
+
+    def error_code(self) -> int | None:
+        """The HTTP status the upstream attached to the error, if it is one."""
+        code = self.error.code if isinstance(self.error, ErrorInfo) else self.code
+        if isinstance(code, str) and code.isdigit():
+            code = int(code)
+        return code if isinstance(code, int) and 400 <= code <= 599 else None
+
+
+# --- streaming -------------------------------------------------------------------
+
+
+class FunctionDelta(View):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(View):
+    index: int | None = None
+    id: str | None = None
+    function: FunctionDelta | None = None
+
+
+class Delta(View):
+    content: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None  # vLLM <= ~0.11 name of `reasoning`
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChunkChoice(View):
+    index: int = 0
+    delta: Delta | None = None
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None  # vLLM: matched stop string, or stop token id
+
+
+class ChunkView(ErrorFields):
+    """One `data:` payload of a chat-completions stream (or an error in its place)."""
+
+    id: str = ""
+    model: str = ""
+    created: int = 0
+    choices: list[ChunkChoice] = []
+    usage: UsageView | None = None
+
+
+# --- non-streaming ---------------------------------------------------------------
+
+
+class FunctionCall(View):
+    name: str = ""
+    arguments: str = ""
+
+
+class ToolCall(View):
+    id: str = ""
+    function: FunctionCall = msgspec.field(default_factory=FunctionCall)
+
+
+class MessageView(View):
+    content: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class Choice(View):
+    index: int = 0
+    message: MessageView = msgspec.field(default_factory=MessageView)
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+
+
+class CompletionView(ErrorFields):
+    id: str = ""
+    model: str = ""
+    created: int = 0
+    choices: list[Choice] = []
+    usage: UsageView | None = None
+
+
+class TokenizeView(View):
+    count: int
+
+
+CHUNK_DECODER = msgspec.json.Decoder(ChunkView)
+COMPLETION_DECODER = msgspec.json.Decoder(CompletionView)
+ERROR_DECODER = msgspec.json.Decoder(ErrorFields)
+TOKENIZE_DECODER = msgspec.json.Decoder(TokenizeView)

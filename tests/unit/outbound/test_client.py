@@ -1,0 +1,298 @@
+"""`AiohttpUpstreamClient` against a scripted aiohttp server on 127.0.0.1.
+
+The request's `model` picks the server's behaviour, so one server serves every case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from adapters.outbound.openai_compat import AiohttpUpstreamClient
+from domain.canonical import (
+    ChatRequest,
+    Finish,
+    Message,
+    StreamChunk,
+    StreamError,
+    TextDelta,
+    TextPart,
+    ThinkingPart,
+    ToolUsePart,
+)
+from domain.errors import (
+    NotSupported,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CONTEXT_TOO_LONG = (
+    "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens "
+    "(8000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion."
+)
+COMPLETION = (FIXTURES / "completion_tool_calls.json").read_bytes()
+
+
+@dataclass
+class Upstream:
+    """The scripted server's address and what it saw, plus the client session."""
+
+    url: str = ""
+    session: aiohttp.ClientSession = field(init=False)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    peers: list[object] = field(default_factory=list)
+    disconnected: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def client(self, url: str | None = None, **kw: float) -> AiohttpUpstreamClient:
+        timeouts = {"connect_timeout": 1.0, "first_byte_timeout": 2.0, "idle_timeout": 2.0} | kw
+        return AiohttpUpstreamClient(self.session, name="test", base_url=url or self.url, **timeouts)
+
+
+def error(status: int, message: str, flat: bool = False) -> web.Response:
+    kind = "BadRequestError" if status < 500 else "InternalServerError"
+    info: dict[str, Any] = {"message": message, "type": kind, "param": None, "code": status}
+    payload = {"object": "error", **info} if flat else {"error": info}
+    return web.json_response(payload, status=status)
+
+
+async def sse(request: web.Request, frames: list[bytes], end: bool = True) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for frame in frames:
+        for piece in (frame[:5], frame[5:]):  # cut every frame mid-line
+            await resp.write(piece)
+    if end:
+        await resp.write_eof()
+    return resp
+
+
+def make_app(state: Upstream) -> web.Application:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        state.bodies.append(body)
+        state.peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        model = body["model"]
+        if model == "json":
+            return web.Response(body=COMPLETION, content_type="application/json")
+        if model == "stream":
+            return await sse(request, [(FIXTURES / "plain_text_usage.sse").read_bytes()])
+        if model == "nested500":
+            return error(500, "EngineCore died")
+        if model == "flat500":
+            return error(500, "old vLLM failure", flat=True)
+        if model == "context400":
+            return error(400, CONTEXT_TOO_LONG)
+        if model == "garbage":
+            return web.Response(text="<html>oops</html>", content_type="text/html")
+        if model == "reset_headers" and request.transport is not None:
+            request.transport.abort()
+            await asyncio.sleep(1)
+        if model == "bad_frame":
+            return await sse(request, [b'data: {"id":"b","choices":[]}\n\n', b"data: {oops\n\n"])
+        if model == "stall_headers":
+            await asyncio.sleep(30)
+        if model in ("stall_mid", "reset_mid"):
+            resp = await sse(request, [(FIXTURES / "no_finish_eof.sse").read_bytes()], end=False)
+            if model == "reset_mid" and request.transport is not None:
+                request.transport.abort()
+                return resp
+            await asyncio.sleep(30)
+        if model == "endless":
+            frame = b'data: {"id":"e","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+            resp = await sse(request, [], end=False)
+            try:
+                while True:
+                    await resp.write(frame)
+                    await asyncio.sleep(0.01)
+            except (ConnectionResetError, asyncio.CancelledError):
+                state.disconnected.set()
+                raise
+        raise web.HTTPNotFound()
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        if body["model"] == "no-tokenize":
+            raise web.HTTPNotFound()
+        return web.json_response({"count": 7, "max_model_len": 8192, "tokens": [1] * 7})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/tokenize", tokenize)
+    return app
+
+
+@pytest.fixture
+async def up() -> AsyncIterator[Upstream]:
+    state = Upstream()
+    server = TestServer(make_app(state), host="127.0.0.1")
+    await server.start_server()
+    state.url = str(server.make_url("/"))
+    async with aiohttp.ClientSession() as state.session:
+        yield state
+    await server.close()
+
+
+def request(model: str) -> ChatRequest:
+    return ChatRequest(model=model, messages=[Message(role="user", content=[TextPart(text="hi")])])
+
+
+async def collect(c: AiohttpUpstreamClient, req: ChatRequest) -> list[StreamChunk]:
+    async with c.open_stream(req) as chunks:
+        return [chunk async for chunk in chunks]
+
+
+async def test_complete_maps_the_answer(up: Upstream) -> None:
+    response = await up.client().complete(request("json"))
+    assert response.content == [
+        ThinkingPart(text="Need the weather."),
+        TextPart(text="Let me check."),
+        ToolUsePart(id="chatcmpl-tool-1", name="get_weather", arguments='{"city": "Paris"}'),
+    ]
+    assert (response.id, response.finish_reason) == ("chatcmpl-42", "tool_use")
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (50, 20)
+    assert response.native is not None and response.native.data == COMPLETION
+    assert "stream" not in up.bodies[0]
+
+
+async def test_stream_yields_canonical_chunks(up: Upstream) -> None:
+    chunks = await collect(up.client(), request("stream"))
+    events = [e for c in chunks for e in c.events]
+    texts = [e for e in events if isinstance(e, TextDelta)]
+    assert texts == [TextDelta(text="Hello"), TextDelta(text=" there"), TextDelta(text="!")]
+    assert Finish(reason="end_turn") in events
+    assert all(c.native is not None for c in chunks)
+    assert up.bodies[0]["stream"] is True
+    assert up.bodies[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_finished_stream_returns_its_connection_to_the_pool(up: Upstream) -> None:
+    c = up.client()
+    await collect(c, request("stream"))
+    await collect(c, request("stream"))
+    assert up.peers[0] == up.peers[1]
+
+
+@pytest.mark.parametrize(
+    ("model", "message"), [("nested500", "EngineCore died"), ("flat500", "old vLLM failure")]
+)
+async def test_upstream_5xx(up: Upstream, model: str, message: str) -> None:
+    c = up.client()
+    with pytest.raises(UpstreamError) as caught:
+        await c.complete(request(model))
+    assert type(caught.value) is UpstreamError and caught.value.message == message
+    with pytest.raises(UpstreamError, match=message):
+        await collect(c, request(model))
+
+
+async def test_context_too_long_is_rejected_with_vllm_message(up: Upstream) -> None:
+    c = up.client()
+    for call in (c.complete, lambda r: collect(c, r)):
+        with pytest.raises(UpstreamRejected) as caught:
+            await call(request("context400"))
+        assert caught.value.status == 400 and caught.value.message == CONTEXT_TOO_LONG
+
+
+async def test_garbage_body_is_a_protocol_error(up: Upstream) -> None:
+    c = up.client()
+    with pytest.raises(UpstreamProtocolError):
+        await c.complete(request("garbage"))
+    with pytest.raises(UpstreamProtocolError, match="not an event stream"):
+        await collect(c, request("garbage"))
+
+
+async def test_stall_before_headers_times_out(up: Upstream) -> None:
+    c = up.client(first_byte_timeout=0.3)
+    with pytest.raises(UpstreamTimeout):
+        await c.complete(request("stall_headers"))
+    with pytest.raises(UpstreamTimeout):
+        await collect(c, request("stall_headers"))
+
+
+@pytest.mark.parametrize(
+    ("model", "kinds", "status"),
+    [
+        ("stall_mid", {"upstream-timeout"}, 504),
+        ("reset_mid", {"upstream-error", "upstream-protocol-error"}, 502),
+        ("bad_frame", {"upstream-protocol-error"}, 502),
+    ],
+)
+async def test_mid_stream_failure_is_a_final_error_chunk(
+    up: Upstream, model: str, kinds: set[str], status: int
+) -> None:
+    chunks = await collect(up.client(idle_timeout=0.3), request(model))
+    if model != "bad_frame":
+        assert chunks[-2].events == [TextDelta(text="The answer is")]
+    [last] = chunks[-1].events
+    assert isinstance(last, StreamError) and last.kind in kinds and last.status == status
+
+
+async def test_reset_before_headers_is_unavailable(up: Upstream) -> None:
+    with pytest.raises(UpstreamUnavailable):
+        await up.client().complete(request("reset_headers"))
+
+
+async def test_non_http_answer_is_a_protocol_error(up: Upstream) -> None:
+    async def spam(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"SPAM SPAM\r\n\r\n")
+        writer.close()
+
+    async with await asyncio.start_server(spam, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(UpstreamProtocolError, match="malformed HTTP response"):
+            await up.client(f"http://127.0.0.1:{port}").complete(request("json"))
+
+
+async def test_refused_port_is_unavailable(up: Upstream) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    c = up.client(f"http://127.0.0.1:{port}")
+    with pytest.raises(UpstreamUnavailable):
+        await c.complete(request("json"))
+    with pytest.raises(UpstreamUnavailable):
+        await collect(c, request("stream"))
+
+
+async def test_cancelling_the_consumer_aborts_the_upstream(up: Upstream) -> None:
+    flowing = asyncio.Event()
+
+    async def consume() -> None:
+        async with up.client().open_stream(request("endless")) as chunks:
+            async for _ in chunks:
+                flowing.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(flowing.wait(), 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(up.disconnected.wait(), 2)
+
+
+async def test_leaving_the_stream_early_aborts_the_upstream(up: Upstream) -> None:
+    async with up.client().open_stream(request("endless")) as chunks:
+        async for _ in chunks:
+            break
+    await asyncio.wait_for(up.disconnected.wait(), 2)
+
+
+async def test_count_tokens(up: Upstream) -> None:
+    session = up.session
+    c = AiohttpUpstreamClient(lambda: session, name="test", base_url=up.url + "/")  # a session factory
+    assert await c.count_tokens(request("any")) == 7
+    with pytest.raises(NotSupported):
+        await c.count_tokens(request("no-tokenize"))

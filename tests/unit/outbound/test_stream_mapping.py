@@ -1,0 +1,242 @@
+"""Recorded vLLM stream transcripts -> the exact canonical event sequence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapters.outbound.openai_compat.sse_decoder import SseDecoder
+from adapters.outbound.openai_compat.stream_mapping import Phase, StreamMapper, map_finish
+from domain.canonical import (
+    Finish,
+    MessageStart,
+    StreamChunk,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+    Usage,
+    UsageReport,
+)
+from domain.errors import UpstreamTimeout
+
+FIXTURES = Path(__file__).parent / "fixtures"
+T = 1764440000
+QWEN = "qwen2.5:3b-instruct"
+NO_FINISH = StreamError(
+    kind="upstream-protocol-error", message="upstream stream ended without a finish_reason", status=502
+)
+
+
+def usage(prompt: int, completion: int) -> UsageReport:
+    return UsageReport(usage=Usage(input_tokens=prompt, output_tokens=completion))
+
+
+def run(raw: bytes, step: int | None = None) -> tuple[list[StreamChunk], StreamMapper]:
+    """Decode and map a transcript the way the client does, `step` bytes per read."""
+    decoder, mapper = SseDecoder(), StreamMapper()
+    chunks: list[StreamChunk] = []
+    reads = [raw] if step is None else [raw[i : i + step] for i in range(0, len(raw), step)]
+    for data in reads:
+        for payload in decoder.feed(data):
+            chunk = mapper.feed(payload)
+            if chunk is not None:
+                chunks.append(chunk)
+    tail = mapper.close()
+    if tail is not None:
+        chunks.append(tail)
+    return chunks, mapper
+
+
+TRANSCRIPTS: dict[str, list[StreamEvent]] = {
+    "plain_text_usage": [
+        MessageStart(id="chatcmpl-7d1e5b0c2a9f4f0b8e3c6a1d9b2f4e70", model=QWEN, created=T),
+        TextDelta(text="Hello"),
+        TextDelta(text=" there"),
+        TextDelta(text="!"),
+        Finish(reason="end_turn"),
+        usage(21, 4),
+    ],
+    "reasoning_then_text": [
+        MessageStart(id="chatcmpl-0a4c9e2f7b1d4c3a9e8f6d5b4a3c2e1f", model="reasoning", created=T),
+        ThinkingDelta(text="Okay, the user"),
+        ThinkingDelta(text=" wants 2+2."),
+        TextDelta(text="\n\n"),
+        TextDelta(text="2 + 2 = 4"),
+        Finish(reason="end_turn"),
+        usage(15, 22),
+    ],
+    "reasoning_content_legacy": [
+        MessageStart(id="chatcmpl-5e6f7a8b9c0d4e1f8a2b3c4d5e6f7a8b", model="reasoning", created=T),
+        ThinkingDelta(text="Let me think"),
+        ThinkingDelta(text=" briefly."),
+        TextDelta(text="Done."),
+        Finish(reason="end_turn"),
+        usage(9, 7),
+    ],
+    "tool_calls_parallel": [
+        MessageStart(id="chatcmpl-9b8a7c6d5e4f4a3b9c2d1e0f9a8b7c6d", model=QWEN, created=T),
+        ToolCallStart(index=0, id="chatcmpl-tool-2f6e1c9a8b7d4e5f", name="get_weather"),
+        ToolArgsDelta(index=0, json_fragment='{"city": "'),
+        ToolArgsDelta(index=0, json_fragment="Paris"),
+        ToolArgsDelta(index=0, json_fragment='"}'),
+        ToolCallStart(index=1, id="chatcmpl-tool-8d3a2b1c0e9f4a7b", name="get_time"),
+        ToolArgsDelta(index=1, json_fragment='{"tz": "Europe/'),
+        ToolArgsDelta(index=1, json_fragment='Paris"}'),
+        Finish(reason="tool_use"),
+        usage(180, 41),
+    ],
+    "length_stop": [
+        MessageStart(id="chatcmpl-1c2d3e4f5a6b4c7d8e9f0a1b2c3d4e5f", model=QWEN, created=T),
+        TextDelta(text="Once upon"),
+        TextDelta(text=" a time"),
+        Finish(reason="max_tokens"),
+        usage(12, 4),
+    ],
+    "stop_string": [
+        MessageStart(id="chatcmpl-6a5b4c3d2e1f4a0b9c8d7e6f5a4b3c2d", model=QWEN, created=T),
+        TextDelta(text="1, 2, 3"),
+        Finish(reason="stop_sequence", stop_sequence="\n\nUser:"),
+        usage(30, 6),
+    ],
+    "midstream_error": [
+        MessageStart(id="chatcmpl-3e2d1c0b9a8f4e7d6c5b4a3f2e1d0c9b", model=QWEN, created=T),
+        TextDelta(text="Partial"),
+        StreamError(
+            kind="upstream-error",
+            message="EngineCore encountered an issue. See stack trace (above) for the root cause.",
+            status=500,
+        ),
+    ],
+    "no_finish_eof": [
+        MessageStart(id="chatcmpl-8f7e6d5c4b3a4f2e1d0c9b8a7f6e5d4c", model=QWEN, created=T),
+        TextDelta(text="The answer is"),
+        NO_FINISH,
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSCRIPTS))
+@pytest.mark.parametrize("step", [None, 1, 7, 64])
+def test_transcript(name: str, step: int | None) -> None:
+    raw = (FIXTURES / f"{name}.sse").read_bytes()
+    chunks, _ = run(raw, step)
+    assert [event for chunk in chunks for event in chunk.events] == TRANSCRIPTS[name]
+
+
+def test_native_payloads_are_the_upstream_frames() -> None:
+    raw = (FIXTURES / "plain_text_usage.sse").read_bytes()
+    chunks, mapper = run(raw)
+    frames = [p for p in SseDecoder().feed(raw) if p != b"[DONE]"]
+    assert [c.native.data for c in chunks if c.native] == frames
+    assert all(c.native is not None and c.native.format == "openai-chat" for c in chunks)
+    assert mapper.phase is Phase.DONE
+
+
+def test_upstream_error_payload_is_relayed_natively() -> None:
+    chunks, mapper = run((FIXTURES / "midstream_error.sse").read_bytes())
+    assert chunks[-1].native is not None and b'"error"' in chunks[-1].native.data
+    assert mapper.phase is Phase.FAILED  # the [DONE] after the error changes nothing
+
+
+def test_done_without_finish_is_an_error() -> None:
+    raw = (FIXTURES / "no_finish_eof.sse").read_bytes() + b"data: [DONE]\n\n"
+    chunks, _ = run(raw)
+    assert chunks[-1] == StreamChunk(events=[NO_FINISH])
+
+
+def test_flat_error_envelope() -> None:
+    mapper = StreamMapper()
+    chunk = mapper.feed(b'{"object":"error","message":"too long","type":"BadRequestError","code":400}')
+    assert chunk is not None
+    assert chunk.events == [StreamError(kind="upstream-rejected", message="too long", status=400)]
+    assert mapper.feed(b'{"id":"x","choices":[]}') is None
+
+
+def test_malformed_payload_is_an_error_without_native() -> None:
+    mapper = StreamMapper()
+    chunk = mapper.feed(b'{"id": "x", "choices": [')
+    assert chunk is not None and chunk.native is None
+    [event] = chunk.events
+    assert isinstance(event, StreamError)
+    assert (event.kind, event.status) == ("upstream-protocol-error", 502)
+    assert mapper.close() is None
+
+
+def test_reasoning_wins_over_deprecated_alias() -> None:
+    mapper = StreamMapper()
+    chunk = mapper.feed(
+        b'{"id":"x","choices":[{"index":0,"delta":{"reasoning":"a","reasoning_content":"a"}}]}'
+    )
+    assert chunk is not None and chunk.events[1:] == [ThinkingDelta(text="a")]
+
+
+def test_only_choice_zero_makes_events() -> None:
+    mapper = StreamMapper()
+    chunk = mapper.feed(
+        b'{"id":"x","model":"m","created":1,"choices":['
+        b'{"index":1,"delta":{"content":"other"},"finish_reason":"length"},'
+        b'{"index":0,"delta":{"content":"mine"}}]}'
+    )
+    assert chunk is not None
+    assert chunk.events == [MessageStart(id="x", model="m", created=1), TextDelta(text="mine")]
+    assert mapper.phase is Phase.OPEN
+
+
+def test_tool_call_without_name_first_is_held_until_named() -> None:
+    mapper = StreamMapper()
+    mapper.feed(
+        b'{"id":"m1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}'
+    )
+    chunk = mapper.feed(
+        b'{"id":"m1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"}"}}]}}]}'
+    )
+    assert chunk is not None
+    assert chunk.events == [
+        ToolCallStart(index=0, id="m1-tool-0", name="f"),
+        ToolArgsDelta(index=0, json_fragment="{"),
+        ToolArgsDelta(index=0, json_fragment="}"),
+    ]
+
+
+def test_abort_finish_is_an_error_and_usage_comes_before_it() -> None:
+    mapper = StreamMapper()
+    chunk = mapper.feed(
+        b'{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"abort"}],'
+        b'"usage":{"prompt_tokens":3,"completion_tokens":1}}'
+    )
+    assert chunk is not None
+    assert chunk.events[1] == usage(3, 1)
+    assert isinstance(chunk.events[2], StreamError) and chunk.events[2].status == 502
+    assert mapper.phase is Phase.FAILED
+
+
+def test_transport_failure_after_finish_is_ignored() -> None:
+    raw = (FIXTURES / "length_stop.sse").read_bytes().replace(b"data: [DONE]\n\n", b"")
+    _, mapper = run(raw)
+    assert mapper.phase is Phase.FINISHED
+    assert mapper.fail(UpstreamTimeout("late")) is None
+    fresh = StreamMapper()
+    fresh.feed(b'{"id":"x","choices":[]}')
+    tail = fresh.fail(UpstreamTimeout("stalled"))
+    assert tail == StreamChunk(events=[StreamError(kind="upstream-timeout", message="stalled", status=504)])
+
+
+@pytest.mark.parametrize(
+    ("finish", "stop_reason", "tools", "expected"),
+    [
+        ("stop", None, False, Finish(reason="end_turn")),
+        ("stop", 151645, False, Finish(reason="end_turn")),  # a stop token id, not a string
+        ("stop", "###", False, Finish(reason="stop_sequence", stop_sequence="###")),
+        ("stop", None, True, Finish(reason="tool_use")),
+        ("tool_calls", None, True, Finish(reason="tool_use")),
+        ("length", None, True, Finish(reason="max_tokens")),
+        ("content_filter", None, False, Finish(reason="content_filter")),
+        ("repetition", None, False, Finish(reason="end_turn")),
+    ],
+)
+def test_map_finish(finish: str, stop_reason: str | int | None, tools: bool, expected: Finish) -> None:
+    assert map_finish(finish, stop_reason, tools) == expected
