@@ -1,0 +1,294 @@
+"""Anthropic wire <-> canonical model: pure functions, no I/O.
+
+Validation follows the API: errors name the offending field with Anthropic's dotted
+path (`messages.0.content.1.type`), so a client's own error display stays useful.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from adapters.inbound.anthropic import schema as w
+from domain.canonical import (
+    ChatRequest,
+    ChatResponse,
+    FinishReason,
+    ImagePart,
+    Message,
+    Part,
+    ReasoningConfig,
+    TextPart,
+    ThinkingPart,
+    ToolChoice,
+    ToolResultPart,
+    ToolSpec,
+    ToolUsePart,
+)
+from domain.errors import InvalidRequest, UpstreamProtocolError
+
+SURFACE = "anthropic"
+
+# vLLM continues a final assistant message only when told to (a prefill, in Anthropic terms).
+_PREFILL_EXTRAS = {"continue_final_message": True, "add_generation_prompt": False}
+
+_AT_PATH = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
+_BAD_TAG = re.compile(r"^Invalid value (?P<value>.+)$")
+_USABLE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+_STOP_REASONS: dict[FinishReason, str] = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "tool_use": "tool_use",
+    "content_filter": "refusal",
+}
+_EMPTY_OBJECT = msgspec.Raw(b"{}")
+
+
+# --- request ------------------------------------------------------------------------
+
+
+def invalid(path: str, detail: str) -> InvalidRequest:
+    return InvalidRequest(f"{path}: {detail}" if path else detail, param=path or None)
+
+
+def invalid_from(error: msgspec.MsgspecError) -> InvalidRequest:
+    """A msgspec failure as Anthropic words it: `$.messages[0].role` -> `messages.0.role`."""
+    if not isinstance(error, msgspec.ValidationError):
+        return InvalidRequest(f"The request body is not valid JSON: {error}")
+    match = _AT_PATH.match(str(error))
+    assert match is not None  # the pattern matches any text
+    detail = match["detail"]
+    path = (match["path"] or "").replace("[", ".").replace("]", "").lstrip(".")
+    if missing := _MISSING.match(detail):
+        path, detail = f"{path}.{missing['field']}".lstrip("."), "Field required"
+    elif (bad := _BAD_TAG.match(detail)) and path.endswith("type"):
+        detail = f"Unsupported type {bad['value']}"
+    return invalid(path, detail)
+
+
+def decode_messages(body: bytes, request_id: str) -> ChatRequest:
+    """The body of `POST /v1/messages` as a canonical request; raises `InvalidRequest`."""
+    try:
+        params = w.MESSAGES_DECODER.decode(body)
+    except msgspec.MsgspecError as error:
+        raise invalid_from(error) from None
+    return to_chat_request(params, request_id)
+
+
+def decode_count_tokens(body: bytes, request_id: str) -> ChatRequest:
+    try:
+        params = w.COUNT_TOKENS_DECODER.decode(body)
+    except msgspec.MsgspecError as error:
+        raise invalid_from(error) from None
+    return to_chat_request(params, request_id)
+
+
+def to_chat_request(params: w.CountTokensParams, request_id: str) -> ChatRequest:
+    messages = _conversation(params.system, params.messages)
+    tools = [_tool(tool, i) for i, tool in enumerate(params.tools or ())]
+    request = ChatRequest(
+        model=params.model,
+        messages=messages,
+        tools=tools,
+        tool_choice=_tool_choice(params.tool_choice, tools),
+        reasoning=_reasoning(params.thinking),
+        extras=dict(_PREFILL_EXTRAS) if messages[-1].role == "assistant" else {},
+        surface=SURFACE,
+        request_id=request_id,
+    )
+    if isinstance(params, w.MessagesParams):
+        request.max_tokens = params.max_tokens
+        request.stream = params.stream
+        request.stop = params.stop_sequences or []
+        request.temperature = params.temperature
+        request.top_p = params.top_p
+        request.top_k = params.top_k
+        request.user = params.metadata.user_id if params.metadata else None
+    return request
+
+
+def _conversation(system: str | list[w.TextBlock] | None, turns: list[w.MessageParam]) -> list[Message]:
+    """A leading system message, then the turns with consecutive same-role turns merged."""
+    out: list[Message] = []
+    text = system if isinstance(system, str) else "\n\n".join(b.text for b in system or ())
+    if text:
+        out.append(Message(role="system", content=[TextPart(text=text)]))
+    if turns[0].role != "user":
+        raise invalid("messages.0.role", 'The first message must use the "user" role.')
+    for i, turn in enumerate(turns):
+        parts = _parts(turn, i)
+        if out and out[-1].role == turn.role:
+            out[-1].content.extend(parts)
+        else:
+            out.append(Message(role=turn.role, content=parts))
+    return out
+
+
+def _parts(turn: w.MessageParam, i: int) -> list[Part]:
+    if isinstance(turn.content, str):
+        return [TextPart(text=turn.content)]
+    assistant = turn.role == "assistant"
+    parts: list[Part] = []
+    for j, block in enumerate(turn.content):
+        match block:
+            case w.TextBlock():
+                parts.append(TextPart(text=block.text))
+            case w.ImageBlock():
+                parts.append(_image(block))
+            case w.ToolUseBlock() if assistant:
+                parts.append(_tool_use(block, i, j))
+            case w.ToolResultBlock() if not assistant:
+                parts.append(_tool_result(block))
+            case w.ThinkingBlock() if assistant:
+                parts.append(ThinkingPart(text=block.thinking, signature=block.signature or None))
+            case w.RedactedThinkingBlock() if assistant:
+                # The opaque data rides in `signature`, which is never forwarded upstream.
+                parts.append(ThinkingPart(text="", signature=block.data, redacted=True))
+            case _:
+                kind = msgspec.inspect.type_info(type(block)).tag  # type: ignore[attr-defined]
+                raise invalid(
+                    f"messages.{i}.content.{j}.type",
+                    f"'{kind}' blocks are not allowed in {turn.role} messages.",
+                )
+    return parts
+
+
+def _image(block: w.ImageBlock) -> ImagePart:
+    source = block.source
+    if isinstance(source, w.Base64Source):
+        return ImagePart(url=f"data:{source.media_type};base64,{source.data}")
+    return ImagePart(url=source.url)
+
+
+def _tool_use(block: w.ToolUseBlock, i: int, j: int) -> ToolUsePart:
+    arguments = bytes(block.input)
+    if not arguments.startswith(b"{"):
+        raise invalid(f"messages.{i}.content.{j}.input", "Input should be an object.")
+    return ToolUsePart(id=block.id, name=block.name, arguments=arguments.decode())
+
+
+def _tool_result(block: w.ToolResultBlock) -> ToolResultPart:
+    content = block.content
+    if isinstance(content, str):
+        parts: list[TextPart | ImagePart] = [TextPart(text=content)] if content else []
+    else:
+        parts = [TextPart(text=b.text) if isinstance(b, w.TextBlock) else _image(b) for b in content]
+    return ToolResultPart(tool_use_id=block.tool_use_id, content=parts, is_error=bool(block.is_error))
+
+
+def _tool(tool: w.Tool, i: int) -> ToolSpec:
+    if tool.type not in (None, "custom"):
+        raise invalid(
+            f"tools.{i}.type",
+            f"Server tool '{tool.type}' is not supported by this gateway; "
+            "declare a custom tool with an input_schema instead.",
+        )
+    if tool.input_schema is None:
+        raise invalid(f"tools.{i}.input_schema", "Field required")
+    return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+
+
+def _tool_choice(choice: w.ToolChoice | None, tools: Sequence[ToolSpec]) -> ToolChoice | None:
+    if choice is None:
+        return None
+    if isinstance(choice, w.ToolChoiceNone):
+        return ToolChoice(mode="none")
+    parallel = False if choice.disable_parallel_tool_use else None
+    if isinstance(choice, w.ToolChoiceAuto):
+        return ToolChoice(mode="auto", parallel=parallel)
+    if not tools:
+        raise invalid("tool_choice.type", f"tool_choice '{choice.__struct_config__.tag}' requires tools.")
+    if isinstance(choice, w.ToolChoiceAny):
+        return ToolChoice(mode="required", parallel=parallel)
+    if all(tool.name != choice.name for tool in tools):
+        raise invalid("tool_choice.name", f"Tool '{choice.name}' is not in tools.")
+    return ToolChoice(mode="named", name=choice.name, parallel=parallel)
+
+
+def _reasoning(thinking: w.Thinking | None) -> ReasoningConfig | None:
+    if thinking is None:
+        return None
+    if isinstance(thinking, w.ThinkingEnabled):
+        return ReasoningConfig(enabled=True, budget_tokens=thinking.budget_tokens)
+    return ReasoningConfig(enabled=isinstance(thinking, w.ThinkingAdaptive))
+
+
+# --- response -----------------------------------------------------------------------
+
+
+def message_id(upstream_id: str) -> str:
+    """`msg_` + the upstream id's core when it is a plain token, else a random one."""
+    core = upstream_id.removeprefix("chatcmpl-")
+    return "msg_" + (core if _USABLE_ID.match(core) else uuid.uuid4().hex)
+
+
+def tool_use_id(upstream_id: str) -> str:
+    """The upstream's tool call id when Anthropic would accept it back, else `toolu_...`."""
+    return upstream_id if _USABLE_ID.match(upstream_id) else "toolu_" + uuid.uuid4().hex[:24]
+
+
+def stop_reason(reason: FinishReason, called_tools: bool) -> str:
+    """Anthropic's stop_reason; tool calls win over a plain stop, as the API reports them."""
+    if called_tools and reason == "end_turn":
+        return "tool_use"
+    return _STOP_REASONS[reason]
+
+
+def tool_input(arguments: str) -> msgspec.Raw:
+    """A tool call's arguments as the JSON object Anthropic's `input` must be."""
+    text = arguments.strip()
+    if not text:
+        return _EMPTY_OBJECT
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise UpstreamProtocolError("The upstream produced tool call arguments that are not a JSON object.")
+    return msgspec.Raw(text.encode())
+
+
+def encode_message(response: ChatResponse, model: str) -> bytes:
+    """A canonical answer as an Anthropic message: thinking, then text, then tool_use blocks."""
+    thinking: list[w.ContentOut] = []
+    text: list[w.ContentOut] = []
+    tools: list[w.ContentOut] = []
+    for part in response.content:
+        if isinstance(part, TextPart):
+            if part.text:
+                text.append(w.TextOut(text=part.text))
+        elif isinstance(part, ThinkingPart):
+            if part.redacted:
+                thinking.append(w.RedactedThinkingOut(data=part.signature or ""))
+            elif part.text:
+                thinking.append(w.ThinkingOut(thinking=part.text, signature=part.signature or ""))
+        elif isinstance(part, ToolUsePart):
+            call = w.ToolUseOut(id=tool_use_id(part.id), name=part.name, input=tool_input(part.arguments))
+            tools.append(call)
+    reason, usage = response.finish_reason, response.usage
+    message = w.MessageOut(
+        id=message_id(response.id),
+        model=model,
+        content=thinking + text + tools,
+        stop_reason=stop_reason(reason, bool(tools)),
+        stop_sequence=response.stop_sequence if reason == "stop_sequence" else None,
+        usage=w.UsageOut(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
+    )
+    return w.ENCODER.encode(message)
+
+
+def encode_models(names: Iterable[str], created_at: str) -> bytes:
+    """The Anthropic model list (one page: the gateway serves a handful of models)."""
+    data = [w.ModelInfo(id=name, display_name=name, created_at=created_at) for name in names]
+    first, last = (data[0].id, data[-1].id) if data else (None, None)
+    return w.ENCODER.encode(w.ModelList(data=data, has_more=False, first_id=first, last_id=last))
+
+
+def encode_token_count(count: int) -> bytes:
+    return w.ENCODER.encode(w.TokenCount(input_tokens=count))

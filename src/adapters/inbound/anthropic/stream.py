@@ -1,0 +1,275 @@
+"""Canonical stream events -> Anthropic SSE frames: a pure state machine, no I/O.
+
+The SDKs enforce the grammar strictly (`accumulate_event`): `message_start` first;
+blocks appended in `content_block_start` order, so indices run 0, 1, 2 with no gaps
+and no interleaving; deltas only inside their open block; `message_delta` carrying
+`usage.output_tokens`; then `message_stop`. A failure ends the stream with one
+`event: error` frame and nothing after it.
+
+Hot-path frames (deltas, block stops) are built from per-block byte prefixes plus
+the JSON-encoded fragment; constant frames are encoded once at import.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from adapters.inbound._shared.sse import comment_frame, event_frame
+from adapters.inbound.anthropic.errors import error_frame
+from adapters.inbound.anthropic.mapping import message_id, stop_reason, tool_use_id
+from adapters.inbound.anthropic.schema import ENCODER
+from domain.canonical import (
+    Finish,
+    MessageStart,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+    Usage,
+    UsageReport,
+)
+
+PING = event_frame(b"ping", b'{"type":"ping"}')
+KEEP_ALIVE = comment_frame()
+MESSAGE_STOP = event_frame(b"message_stop", b'{"type":"message_stop"}')
+NO_FINISH = "The upstream ended the stream without a finish reason."
+
+_encode = ENCODER.encode
+_START = b'event: content_block_start\ndata: {"type":"content_block_start","index":%d,"content_block":'
+_STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%d}\n\n'
+_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":{"type":'
+_SIGNATURE = _DELTA + b'"signature_delta","signature":""}}\n\n'
+_END_DELTA = b"}}\n\n"
+_THINKING_BLOCK = b'{"type":"thinking","thinking":"","signature":""}}\n\n'
+_TEXT_BLOCK = b'{"type":"text","text":""}}\n\n'
+
+
+def queue_frame(position: int, queued: int) -> bytes:
+    """The non-standard `event: queue` frame (seed 2.14), sent before `message_start` only."""
+    return b'event: queue\ndata: {"type":"queue","position":%d,"queued":%d}\n\n' % (position, queued)
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"  # nothing sent yet
+    MESSAGE_OPEN = "message_open"  # message_start sent, no block open
+    THINKING = "thinking"  # a thinking block is open
+    TEXT = "text"  # a text block is open
+    TOOL_USE = "tool_use"  # a tool_use block is open
+    FINISHED = "finished"  # finish reason seen, blocks closed: waiting for usage / the end
+    DONE = "done"  # message_stop sent
+    FAILED = "failed"  # error frame sent
+
+
+_BLOCK_OPEN = frozenset({Phase.THINKING, Phase.TEXT, Phase.TOOL_USE})
+_IN_MESSAGE = _BLOCK_OPEN | {Phase.MESSAGE_OPEN, Phase.FINISHED}
+_DELTA_KIND = {
+    Phase.THINKING: b'"thinking_delta","thinking":',
+    Phase.TEXT: b'"text_delta","text":',
+    Phase.TOOL_USE: b'"input_json_delta","partial_json":',
+}
+
+
+class AnthropicStream:
+    """Turns one answer's canonical events into Anthropic frames.
+
+    Tool-call arguments must arrive call after call, as vLLM and OpenAI stream them:
+    a fragment for a call whose block was already closed cannot be sent (the grammar
+    forbids reopening a block) and is dropped.
+    """
+
+    __slots__ = (
+        "_called_tools",
+        "_delta",
+        "_id",
+        "_index",
+        "_model",
+        "_reason",
+        "_stop_sequence",
+        "_tools",
+        "_usage",
+        "failure",
+        "phase",
+    )
+
+    def __init__(self, model: str) -> None:
+        self.phase = Phase.IDLE
+        self._model = model
+        self._id: str | None = None
+        self._index = -1  # the open (or last) block's index
+        self._delta = b""  # the open block's delta frame prefix
+        self._tools: dict[int, int] = {}  # upstream tool call index -> block index
+        self._usage = Usage()
+        self._reason: str | None = None
+        self._stop_sequence: str | None = None
+        self._called_tools = False
+        self.failure: StreamError | None = None
+
+    # --- state read by the controller ------------------------------------------------
+
+    @property
+    def in_message(self) -> bool:
+        """message_start sent and the message not ended: pings are allowed."""
+        return self.phase in _IN_MESSAGE
+
+    @property
+    def message_started(self) -> bool:
+        return self._id is not None
+
+    @property
+    def blocks(self) -> int:
+        """How many content blocks were started."""
+        return self._index + 1
+
+    @property
+    def closed(self) -> bool:
+        return self.phase is Phase.DONE or self.phase is Phase.FAILED
+
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._reason
+
+    # --- input ---------------------------------------------------------------------
+
+    def feed(self, event: StreamEvent) -> list[bytes]:
+        out: list[bytes] = []
+        _HANDLERS[type(event)](self, event, out)
+        return out
+
+    def feed_many(self, events: Iterable[StreamEvent]) -> list[bytes]:
+        """The frames of several events (one upstream chunk), to be sent together."""
+        out: list[bytes] = []
+        for event in events:
+            _HANDLERS[type(event)](self, event, out)
+        return out
+
+    def finish(self) -> list[bytes]:
+        """The terminal frames; idempotent. No finish reason seen is a failure, never a success."""
+        out: list[bytes] = []
+        if self.closed:
+            return out
+        if self._reason is None:
+            self._on_error(StreamError(kind="upstream-protocol-error", message=NO_FINISH, status=502), out)
+            return out
+        usage = self._usage
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": self._reason, "stop_sequence": self._stop_sequence},
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+        }
+        out.append(event_frame(b"message_delta", _encode(delta)))
+        out.append(MESSAGE_STOP)
+        self.phase = Phase.DONE
+        return out
+
+    # --- handlers ------------------------------------------------------------------
+
+    def _on_start(self, event: MessageStart, out: list[bytes]) -> None:
+        if self.phase is Phase.IDLE:
+            self._start_message(message_id(event.id), out)
+
+    def _on_text(self, event: TextDelta, out: list[bytes]) -> None:
+        if event.text and self._writable():
+            if self.phase is not Phase.TEXT:
+                self._open(Phase.TEXT, _TEXT_BLOCK, out)
+            out.append(self._delta + _encode(event.text) + _END_DELTA)
+
+    def _on_thinking(self, event: ThinkingDelta, out: list[bytes]) -> None:
+        if event.text and self._writable():
+            if self.phase is not Phase.THINKING:
+                self._open(Phase.THINKING, _THINKING_BLOCK, out)
+            out.append(self._delta + _encode(event.text) + _END_DELTA)
+
+    def _on_tool_start(self, event: ToolCallStart, out: list[bytes]) -> None:
+        if self._writable():
+            block = {"type": "tool_use", "id": tool_use_id(event.id), "name": event.name, "input": {}}
+            self._open(Phase.TOOL_USE, _encode(block) + b"}\n\n", out)
+            self._tools[event.index] = self._index
+            self._called_tools = True
+
+    def _on_tool_args(self, event: ToolArgsDelta, out: list[bytes]) -> None:
+        if (
+            event.json_fragment
+            and self.phase is Phase.TOOL_USE
+            and self._tools.get(event.index) == self._index
+        ):
+            out.append(self._delta + _encode(event.json_fragment) + _END_DELTA)
+
+    def _on_usage(self, event: UsageReport, out: list[bytes]) -> None:
+        self._usage = event.usage
+
+    def _on_finish(self, event: Finish, out: list[bytes]) -> None:
+        if self._writable():
+            if self.phase is Phase.IDLE:
+                self._start_message(None, out)
+            self._close_block(out)
+            self._reason = stop_reason(event.reason, self._called_tools)
+            self._stop_sequence = event.stop_sequence if event.reason == "stop_sequence" else None
+            self.phase = Phase.FINISHED
+
+    def _on_error(self, event: StreamError, out: list[bytes]) -> None:
+        if not self.closed:
+            out.append(error_frame(event.status, event.message))
+            self.failure = event
+            self.phase = Phase.FAILED
+
+    # --- transitions ---------------------------------------------------------------
+
+    def _writable(self) -> bool:
+        """Content may still be added: the answer has neither finished nor failed."""
+        return self.phase is not Phase.FINISHED and not self.closed
+
+    def _start_message(self, msg_id: str | None, out: list[bytes]) -> None:
+        self._id = msg_id or "msg_" + uuid.uuid4().hex
+        message = {
+            "type": "message_start",
+            "message": {
+                "id": self._id,
+                "type": "message",
+                "role": "assistant",
+                "model": self._model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": self._usage.input_tokens, "output_tokens": 0},
+            },
+        }
+        out.append(event_frame(b"message_start", _encode(message)))
+        self.phase = Phase.MESSAGE_OPEN
+
+    def _open(self, phase: Phase, block: bytes, out: list[bytes]) -> None:
+        if self.phase is Phase.IDLE:
+            self._start_message(None, out)
+        else:
+            self._close_block(out)
+        self._index += 1
+        out.append(_START % self._index + block)
+        self._delta = _DELTA % self._index + _DELTA_KIND[phase]
+        self.phase = phase
+
+    def _close_block(self, out: list[bytes]) -> None:
+        if self.phase in _BLOCK_OPEN:
+            if self.phase is Phase.THINKING:
+                out.append(_SIGNATURE % self._index)  # the real API signs just before the stop
+            out.append(_STOP % self._index)
+            self.phase = Phase.MESSAGE_OPEN
+
+
+_HANDLERS: dict[type, Callable[[AnthropicStream, Any, list[bytes]], None]] = {
+    MessageStart: AnthropicStream._on_start,
+    TextDelta: AnthropicStream._on_text,
+    ThinkingDelta: AnthropicStream._on_thinking,
+    ToolCallStart: AnthropicStream._on_tool_start,
+    ToolArgsDelta: AnthropicStream._on_tool_args,
+    UsageReport: AnthropicStream._on_usage,
+    Finish: AnthropicStream._on_finish,
+    StreamError: AnthropicStream._on_error,
+}

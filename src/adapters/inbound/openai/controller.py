@@ -1,0 +1,119 @@
+"""The `/v1` work functions: chat completions (plain and streamed) and the model list.
+
+Each runs inside `serve` (adapters.inbound._shared.endpoint), which renders failures
+with `ProblemRenderer` and reports one record per request. A stream's 200 is sent
+only when the first chunk arrives, so anything refused before that (unknown model,
+full queue, upstream down) still gets its own status code.
+"""
+
+from __future__ import annotations
+
+import time
+
+from adapters.inbound._shared.dialect import EdgeContext, Route
+from adapters.inbound._shared.endpoint import Work, asgi_endpoint
+from adapters.inbound._shared.exchange import Exchange
+from adapters.inbound.openai.errors import renderer
+from adapters.inbound.openai.mapping import decode_request, encode_models, encode_response
+from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
+from application.chat import ChatService
+from domain.canonical import ChatRequest, ChatResponse, StreamChunk
+
+SURFACE = "openai"
+JSON = b"application/json"
+EVENT_STREAM = b"text/event-stream"
+
+
+class ChatCompletions:
+    """POST /v1/chat/completions."""
+
+    __slots__ = ("_limit", "_service")
+
+    def __init__(self, service: ChatService, max_body_bytes: int) -> None:
+        self._service = service
+        self._limit = max_body_bytes
+
+    async def __call__(self, ex: Exchange) -> None:
+        body = await ex.read_body(self._limit)
+        decoded = decode_request(body, ex.request_id)
+        request = decoded.chat
+        ex.record.stream = request.stream
+        ex.watch_disconnect()
+        if request.stream:
+            await self._stream(ex, request, decoded.include_usage)
+        else:
+            await self._complete(ex, request)
+
+    async def _complete(self, ex: Exchange, request: ChatRequest) -> None:
+        response: ChatResponse = await self._service.complete(request, ex.record)
+        record = ex.record
+        record.input_tokens = response.usage.input_tokens
+        record.output_tokens = response.usage.output_tokens
+        record.finish_reason = response.finish_reason
+        native = response.native
+        if native is not None and native.format == NATIVE_FORMAT:
+            body = native.data
+        else:
+            body = encode_response(response)
+        await ex.respond(200, body, JSON)
+
+    async def _stream(self, ex: Exchange, request: ChatRequest, include_usage: bool) -> None:
+        writer = ChunkWriter(include_usage, request.model, ex.request_id)
+        chunks = self._service.stream(request, record=ex.record)  # fills model, upstream, queue wait
+        try:
+            async for chunk in chunks:
+                if type(chunk) is not StreamChunk:  # report_queue=False: never a position
+                    continue
+                if not ex.started:
+                    ex.record.first_token_seconds = ex.elapsed()
+                    await ex.start_stream(200, EVENT_STREAM)
+                data = writer.feed(chunk)
+                if writer.error is not None:
+                    ex.record.error_kind = writer.error.kind
+                    await ex.end_stream(data)
+                    return
+                if data:
+                    await ex.send_chunk(data)
+            if not ex.started:  # an upstream that answered nothing still gets a valid stream
+                await ex.start_stream(200, EVENT_STREAM)
+            await ex.end_stream(writer.finish())
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            _record_usage(ex, writer)
+
+
+def _record_usage(ex: Exchange, writer: ChunkWriter) -> None:
+    record = ex.record
+    if writer.usage is not None:
+        record.input_tokens = writer.usage.input_tokens
+        record.output_tokens = writer.usage.output_tokens
+    if writer.finish_reason is not None:
+        record.finish_reason = writer.finish_reason
+
+
+def model_list(body: bytes) -> Work:
+    """GET /v1/models: the configured names, encoded once at startup."""
+
+    async def work(ex: Exchange) -> None:
+        await ex.respond(200, body, JSON)
+
+    return work
+
+
+def routes(context: EdgeContext) -> list[Route]:
+    """The `/v1` routes, each a raw ASGI endpoint."""
+    observer = context.observer
+    chat = ChatCompletions(context.service, context.max_body_bytes)
+    models = model_list(encode_models(context.service.models(), int(time.time())))
+    return [
+        Route(
+            "/v1/chat/completions",
+            ("POST",),
+            asgi_endpoint(SURFACE, "/v1/chat/completions", ("POST",), chat, renderer, observer),
+        ),
+        Route(
+            "/v1/models",
+            ("GET",),
+            asgi_endpoint(SURFACE, "/v1/models", ("GET",), models, renderer, observer),
+        ),
+    ]

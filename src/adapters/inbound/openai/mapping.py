@@ -1,0 +1,222 @@
+"""OpenAI wire <-> canonical model: pure functions, no I/O.
+
+Decoding is as permissive as vLLM (`{"model": "m", "messages": []}` is a request)
+and loses nothing: top-level members the canonical model does not name are kept
+as raw JSON (`msgspec.Raw`, encoded back verbatim) in `ChatRequest.extras` and reach
+the upstream unchanged. `stream_options` is read here (`include_usage` decides what
+the client sees) and also handed on as a dict, which the upstream adapter merges key
+by key (it always asks for usage; `continuous_usage_stats` and the like pass).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, cast
+
+import msgspec
+
+from adapters.inbound.openai import schema as w
+from domain.canonical import (
+    ChatRequest,
+    ChatResponse,
+    FinishReason,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolChoice,
+    ToolResultPart,
+    ToolSpec,
+    ToolUsePart,
+    Usage,
+)
+from domain.errors import InvalidRequest
+
+FINISH_REASONS: dict[str, str] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+_AT = re.compile(r" - at `\$\.?([^`]*)`$")
+_MISSING = re.compile(r"^Object missing required field `([^`]+)`")
+
+
+class OpenAIRequest(msgspec.Struct, kw_only=True):
+    """A decoded request plus what only this surface needs (canonical has no slot for it)."""
+
+    chat: ChatRequest
+    include_usage: bool
+
+
+def _invalid(error: msgspec.ValidationError) -> InvalidRequest:
+    """Turn msgspec's `... - at `$.messages[0].role`` into a message and a field path."""
+    text = str(error)
+    at = _AT.search(text)
+    path = at.group(1) if at else ""
+    if at:
+        text = text[: at.start()]
+    missing = _MISSING.match(text)
+    if missing:
+        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        return InvalidRequest(f"Missing required field `{path}`.", param=path)
+    if not path:
+        return InvalidRequest(f"Invalid request body: {text}.")
+    return InvalidRequest(f"Invalid field `{path}`: {text}.", param=path)
+
+
+def decode_request(body: bytes, request_id: str = "") -> OpenAIRequest:
+    """Decode a chat-completions body; raises `InvalidRequest` naming the field."""
+    try:
+        top = w.TOP_DECODER.decode(body)
+        wire = w.REQUEST_DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        if str(exc).startswith("Expected `object`"):
+            raise InvalidRequest("The request body must be a JSON object.") from None
+        raise _invalid(exc) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+    extras: dict[str, Any] = {k: v for k, v in top.items() if k not in w.KNOWN_FIELDS}
+    if wire.stream_options is not None:  # the upstream adapter merges it key by key
+        extras["stream_options"] = w.OBJECT_DECODER.decode(top["stream_options"])
+    choice: ToolChoice | None = None
+    if wire.tool_choice is not None:
+        if isinstance(wire.tool_choice, str):
+            choice = ToolChoice(mode=wire.tool_choice, parallel=wire.parallel_tool_calls)
+        else:
+            name = wire.tool_choice.function.name
+            choice = ToolChoice(mode="named", name=name, parallel=wire.parallel_tool_calls)
+    elif "parallel_tool_calls" in top:  # no mode to attach it to: forward it as sent
+        extras["parallel_tool_calls"] = top["parallel_tool_calls"]
+    stop = wire.stop
+    options = wire.stream_options
+    max_tokens = wire.max_tokens if wire.max_completion_tokens is None else wire.max_completion_tokens
+    chat = ChatRequest(
+        model=wire.model,
+        messages=decode_messages(wire.messages),
+        max_tokens=max_tokens,
+        temperature=wire.temperature,
+        top_p=wire.top_p,
+        top_k=wire.top_k,
+        stop=[stop] if isinstance(stop, str) else (stop or []),
+        stream=bool(wire.stream),
+        tools=[
+            ToolSpec(
+                name=t.function.name,
+                description=t.function.description,
+                parameters=t.function.parameters or {},
+            )
+            for t in wire.tools or ()
+        ],
+        tool_choice=choice,
+        user=wire.user,
+        extras=extras,
+        surface="openai",
+        request_id=request_id,
+    )
+    return OpenAIRequest(chat=chat, include_usage=bool(options and options.include_usage))
+
+
+def _parts(content: str | list[Any], keep_empty: bool = True) -> list[Part]:
+    if isinstance(content, str):
+        return [TextPart(text=content)] if content or keep_empty else []
+    out: list[Part] = []
+    for part in content:
+        if type(part) is w.TextContent:
+            out.append(TextPart(text=part.text))
+        else:
+            out.append(ImagePart(url=part.image_url.url, detail=part.image_url.detail))
+    return out
+
+
+def decode_messages(messages: list[w.WireMessage]) -> list[Message]:
+    """Wire messages -> canonical turns; consecutive tool results share one user turn."""
+    out: list[Message] = []
+    tool_turn: Message | None = None
+    for m in messages:
+        if isinstance(m, w.ToolMessage):
+            parts = cast("list[TextPart | ImagePart]", _parts(m.content))  # text parts only
+            result = ToolResultPart(tool_use_id=m.tool_call_id, content=parts)
+            if tool_turn is None:
+                tool_turn = Message(role="user", content=[])
+                out.append(tool_turn)
+            tool_turn.content.append(result)
+            continue
+        tool_turn = None
+        if isinstance(m, w.UserMessage):
+            out.append(Message(role="user", content=_parts(m.content), name=m.name))
+        elif isinstance(m, w.AssistantMessage):
+            out.append(_assistant(m))
+        else:  # system or developer
+            out.append(Message(role="system", content=_parts(m.content), name=m.name))
+    return out
+
+
+def _assistant(m: w.AssistantMessage) -> Message:
+    content: list[Part] = []
+    reasoning = m.reasoning if m.reasoning is not None else m.reasoning_content
+    if reasoning:
+        content.append(ThinkingPart(text=reasoning))
+    if m.content is not None:
+        content.extend(_parts(m.content, keep_empty=not m.tool_calls))
+    for call in m.tool_calls or ():
+        content.append(ToolUsePart(id=call.id, name=call.function.name, arguments=call.function.arguments))
+    return Message(role="assistant", content=content, name=m.name)
+
+
+# --- responses -----------------------------------------------------------------
+
+
+def finish_reason(reason: FinishReason) -> str:
+    return FINISH_REASONS.get(reason, "stop")
+
+
+def usage_out(usage: Usage) -> w.OutUsage:
+    return w.OutUsage(
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        total_tokens=usage.input_tokens + usage.output_tokens,
+    )
+
+
+def encode_response(response: ChatResponse) -> bytes:
+    """A canonical answer as a `chat.completion` object."""
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[w.OutToolCall] = []
+    for part in response.content:
+        if type(part) is TextPart:
+            texts.append(part.text)
+        elif type(part) is ThinkingPart:
+            if not part.redacted:
+                thoughts.append(part.text)
+        elif type(part) is ToolUsePart:
+            function = w.OutFunction(name=part.name, arguments=part.arguments)
+            calls.append(w.OutToolCall(id=part.id, function=function))
+    message = w.OutMessage(
+        content="".join(texts) if texts or not calls else None,
+        reasoning="".join(thoughts) if thoughts else msgspec.UNSET,
+        tool_calls=calls or msgspec.UNSET,
+    )
+    choice = w.OutChoice(
+        message=message,
+        finish_reason="tool_calls" if calls else finish_reason(response.finish_reason),
+        stop_reason=response.stop_sequence,
+    )
+    completion = w.ChatCompletion(
+        id=response.id,
+        created=response.created,
+        model=response.model,
+        choices=[choice],
+        usage=usage_out(response.usage),
+    )
+    return w.encode(completion)
+
+
+def encode_models(models: list[str], created: int) -> bytes:
+    """The OpenAI model list for the configured model names."""
+    cards = [w.ModelCard(id=name, created=created) for name in models]
+    return w.encode(w.ModelList(data=cards))

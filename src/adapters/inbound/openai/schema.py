@@ -1,0 +1,240 @@
+"""OpenAI Chat Completions wire types, with their decoders and encoders built once.
+
+Requests are decoded twice over: `TOP_DECODER` splits the body into raw top-level
+members (so members this module does not name pass through as `extras`, byte for
+byte), and `REQUEST_DECODER` reads the named ones with their types checked, so its
+error paths (`$.messages[0].content`) name the offending field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, Raw, Struct, UnsetType
+
+# --- request -------------------------------------------------------------------
+
+
+class TextContent(Struct, tag="text", tag_field="type", kw_only=True):
+    text: str
+
+
+class ImageUrl(Struct, kw_only=True):
+    url: str
+    detail: str | None = None
+
+
+class ImageContent(Struct, tag="image_url", tag_field="type", kw_only=True):
+    image_url: ImageUrl
+
+
+class FunctionCall(Struct, kw_only=True):
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(Struct, tag="function", tag_field="type", kw_only=True):
+    id: str
+    function: FunctionCall
+
+
+class SystemMessage(Struct, tag="system", tag_field="role", kw_only=True):
+    content: str | list[TextContent]
+    name: str | None = None
+
+
+class DeveloperMessage(Struct, tag="developer", tag_field="role", kw_only=True):
+    content: str | list[TextContent]
+    name: str | None = None
+
+
+class UserMessage(Struct, tag="user", tag_field="role", kw_only=True):
+    content: str | list[TextContent | ImageContent]
+    name: str | None = None
+
+
+class AssistantMessage(Struct, tag="assistant", tag_field="role", kw_only=True):
+    content: str | list[TextContent] | None = None
+    tool_calls: list[ToolCall] | None = None
+    # vLLM reads `reasoning` on incoming turns; `reasoning_content` is its older name.
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+    name: str | None = None
+
+
+class ToolMessage(Struct, tag="tool", tag_field="role", kw_only=True):
+    tool_call_id: str
+    content: str | list[TextContent]
+
+
+WireMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+class FunctionDef(Struct, kw_only=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class FunctionTool(Struct, tag="function", tag_field="type", kw_only=True):
+    function: FunctionDef
+
+
+class NamedFunction(Struct, kw_only=True):
+    name: str
+
+
+class NamedToolChoice(Struct, tag="function", tag_field="type", kw_only=True):
+    function: NamedFunction
+
+
+class StreamOptions(Struct, kw_only=True):
+    include_usage: bool | None = True  # as vLLM: true when the object is present
+
+
+class ChatCompletionRequest(Struct, kw_only=True):
+    """The members the canonical model names; every other member becomes an extra."""
+
+    model: str
+    messages: list[WireMessage]
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    user: str | None = None
+
+
+KNOWN_FIELDS = frozenset(ChatCompletionRequest.__struct_fields__)
+
+TOP_DECODER = msgspec.json.Decoder(dict[str, Raw])
+REQUEST_DECODER = msgspec.json.Decoder(ChatCompletionRequest)
+OBJECT_DECODER = msgspec.json.Decoder(dict[str, Any])
+
+# --- response ------------------------------------------------------------------
+
+
+class OutFunction(Struct, kw_only=True):
+    name: str
+    arguments: str
+
+
+class OutToolCall(Struct, kw_only=True):
+    id: str
+    type: str = "function"
+    function: OutFunction
+
+
+class OutMessage(Struct, kw_only=True):
+    role: str = "assistant"
+    content: str | None
+    reasoning: str | UnsetType = UNSET
+    tool_calls: list[OutToolCall] | UnsetType = UNSET
+
+
+class OutChoice(Struct, kw_only=True):
+    index: int = 0
+    message: OutMessage
+    finish_reason: str
+    logprobs: None = None
+    stop_reason: str | None = None  # vLLM: the matched stop string
+
+
+class OutUsage(Struct, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(Struct, kw_only=True):
+    id: str
+    object: str = "chat.completion"
+    created: int
+    model: str
+    choices: list[OutChoice]
+    usage: OutUsage
+
+
+class FunctionDelta(Struct, kw_only=True):
+    name: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+
+
+class ToolCallDelta(Struct, kw_only=True):
+    index: int
+    id: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    function: FunctionDelta
+
+
+class Delta(Struct, kw_only=True):
+    role: str | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+    reasoning: str | UnsetType = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
+
+
+class ChunkChoice(Struct, kw_only=True):
+    index: int = 0
+    delta: Delta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(Struct, kw_only=True):
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: OutUsage | None = None
+
+
+class ModelCard(Struct, kw_only=True):
+    id: str
+    object: str = "model"
+    created: int
+    owned_by: str = "gateway"
+
+
+class ModelList(Struct, kw_only=True):
+    object: str = "list"
+    data: list[ModelCard]
+
+
+# --- errors --------------------------------------------------------------------
+
+
+class ErrorInfo(Struct, kw_only=True):
+    """OpenAI's error member; openai-python reads `message`, `type`, `param` and `code`."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class Problem(Struct, kw_only=True):
+    """RFC 9457 problem document, with the OpenAI `error` member as an extension."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str
+    error: ErrorInfo
+
+
+class StreamErrorFrame(Struct, kw_only=True):
+    error: ErrorInfo
+
+
+ENCODER = msgspec.json.Encoder()
+encode = ENCODER.encode

@@ -1,0 +1,132 @@
+"""Canonical stream chunks -> OpenAI `chat.completion.chunk` SSE frames.
+
+When the upstream already speaks this dialect (native format `openai-chat`), its
+frames are relayed byte for byte: nothing is re-encoded and fields the canonical
+model does not name (logprobs, n > 1 choices) survive. Otherwise the canonical
+events are encoded. Either way this writer decides what the client may see (the
+usage-only chunk only if it asked for usage), ends every stream with `[DONE]`, and
+remembers usage and finish reason for the request record.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+
+from adapters.inbound.openai import schema as w
+from adapters.inbound.openai.errors import stream_error_frame
+from adapters.inbound.openai.mapping import finish_reason, usage_out
+from domain.canonical import (
+    Finish,
+    MessageStart,
+    StreamChunk,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+    Usage,
+    UsageReport,
+)
+
+NATIVE_FORMAT = "openai-chat"
+DONE = b"data: [DONE]\n\n"
+
+
+class Phase(enum.Enum):
+    OPEN = "open"  # frames may still be sent
+    CLOSED = "closed"  # the terminal frame was produced; nothing follows
+
+
+class ChunkWriter:
+    """Turns each `StreamChunk` into the bytes to send now (possibly none).
+
+    `feed` returns the frames for one upstream chunk; after a `StreamError` it has
+    returned the error frame and `[DONE]`, and the stream is closed. `finish` returns
+    `[DONE]` once, and nothing if the stream is already closed.
+    """
+
+    __slots__ = ("_created", "_id", "_model", "_role_sent", "error", "finish_reason",
+                 "include_usage", "phase", "usage")  # fmt: skip
+
+    def __init__(self, include_usage: bool, model: str, request_id: str) -> None:
+        self.phase = Phase.OPEN
+        self.include_usage = include_usage
+        self.usage: Usage | None = None
+        self.finish_reason: str | None = None
+        self.error: StreamError | None = None
+        self._id = f"chatcmpl-{request_id}"
+        self._model = model
+        self._created = 0
+        self._role_sent = False
+
+    def feed(self, chunk: StreamChunk) -> bytes:
+        if self.phase is Phase.CLOSED:
+            return b""
+        native = chunk.native
+        relay = native is not None and native.format == NATIVE_FORMAT
+        events = chunk.events
+        usage_only = bool(events)
+        frames: list[bytes] = []
+        for event in events:
+            if isinstance(event, UsageReport):
+                self.usage = event.usage
+                if not relay and self.include_usage:
+                    frames.append(self._frame([], usage_out(event.usage)))
+                continue
+            usage_only = False
+            if isinstance(event, StreamError):
+                self.error = event
+                self.phase = Phase.CLOSED
+                return b"".join(frames) + stream_error_frame(event.kind, event.message, event.status)
+            if isinstance(event, Finish):
+                self.finish_reason = event.reason
+            if not relay:
+                frames.append(self._encode(event))
+        if native is not None and relay:
+            if usage_only and not self.include_usage:
+                return b""
+            return b"data: " + native.data + b"\n\n"
+        return b"".join(frames)
+
+    def finish(self) -> bytes:
+        if self.phase is Phase.CLOSED:
+            return b""
+        self.phase = Phase.CLOSED
+        return DONE
+
+    # --- canonical encoding ---------------------------------------------------------
+
+    def _frame(self, choices: list[w.ChunkChoice], usage: w.OutUsage | None = None) -> bytes:
+        if not self._created:
+            self._created = int(time.time())
+        chunk = w.ChatCompletionChunk(
+            id=self._id, created=self._created, model=self._model, choices=choices, usage=usage
+        )
+        return b"data: " + w.encode(chunk) + b"\n\n"
+
+    def _delta(self, delta: w.Delta, reason: str | None = None) -> bytes:
+        if not self._role_sent:
+            self._role_sent = True
+            delta.role = "assistant"
+        return self._frame([w.ChunkChoice(delta=delta, finish_reason=reason)])
+
+    def _encode(self, event: StreamEvent) -> bytes:
+        if isinstance(event, TextDelta):
+            return self._delta(w.Delta(content=event.text))
+        if isinstance(event, ThinkingDelta):
+            return self._delta(w.Delta(reasoning=event.text))
+        if isinstance(event, ToolCallStart):
+            function = w.FunctionDelta(name=event.name, arguments="")
+            start = w.ToolCallDelta(index=event.index, id=event.id, type="function", function=function)
+            return self._delta(w.Delta(tool_calls=[start]))
+        if isinstance(event, ToolArgsDelta):
+            more = w.ToolCallDelta(index=event.index, function=w.FunctionDelta(arguments=event.json_fragment))
+            return self._delta(w.Delta(tool_calls=[more]))
+        if isinstance(event, Finish):
+            return self._delta(w.Delta(), finish_reason(event.reason))
+        if isinstance(event, MessageStart):
+            self._id, self._model, self._created = event.id, event.model, event.created
+            return self._delta(w.Delta(content=""))
+        return b""

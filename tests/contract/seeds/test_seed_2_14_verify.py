@@ -1,0 +1,99 @@
+"""Seed 2.14's Verify section, run as written against real processes.
+
+cap = 2 on `reasoning` against a stub holding each request 3 s; `qwen2.5:3b-instruct`
+is an uncapped upstream. The gateway listens on localhost:8080 as the seed says.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support.processes import Processes, upstream_toml
+from tests.support.seeds import seed_gateway_port, seed_shell
+
+FILL = """seq 4 | xargs -P4 -I{} curl -s -o /dev/null -X POST localhost:8080/llm/v1/messages \\
+  -H 'content-type: application/json' \\
+  -d '{"model":"reasoning","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}' &
+"""
+
+QUEUED = """curl -N -s localhost:8080/llm/v1/messages -H 'content-type: application/json' \\
+  -d '{"model":"reasoning","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}' \\
+  | grep -m3 '^event:'"""
+
+UNCONTENDED = """curl -N -s localhost:8080/llm/v1/messages -H 'content-type: application/json' \\
+  -d '{"model":"qwen2.5:3b-instruct","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}' \\
+  | head -1"""
+
+
+@pytest.fixture
+def seed_gateway(procs: Processes) -> int:
+    reasoning = procs.stub("--hold", "3")
+    qwen = procs.stub()
+    port = seed_gateway_port()
+    procs.gateway(
+        upstream_toml("reasoning", reasoning.url, ["reasoning"], {
+            "sequence_slots": 3, "max_in_flight": 2, "queue_depth": 8, "queue_timeout_seconds": 30,
+        })
+        + upstream_toml("qwen", qwen.url, ["qwen2.5:3b-instruct"]),
+        port=port,
+    )
+    return port
+
+
+def test_queued_stream_sees_queue_event_first(seed_gateway: int) -> None:
+    out = seed_shell(FILL + "\nsleep 1\n" + QUEUED + "\nwait", seed_gateway)
+    lines = out.stdout.splitlines()
+    # expected: event: queue arrives before any event: message_start
+    assert lines[0] == "event: queue", out.stdout
+    assert "event: message_start" in lines, out.stdout
+
+
+def test_queue_event_arrives_within_a_second(seed_gateway: int) -> None:
+    """The seed's probe, timed: its first line must arrive within a second.
+
+    grep only flushes per line when writing to a terminal (as in the seed, run by
+    hand), so the probe runs with its stdout on a pseudo-terminal.
+    """
+    import os
+    import pty
+    import select
+    import subprocess
+
+    fill = subprocess.Popen(["bash", "-c", FILL.replace("localhost:8080", f"localhost:{seed_gateway}") + "wait"])
+    try:
+        time.sleep(1)
+        leader, follower = pty.openpty()
+        probe = subprocess.Popen(["bash", "-c", QUEUED.replace("localhost:8080", f"localhost:{seed_gateway}")],
+                                 stdout=follower, stderr=subprocess.DEVNULL)
+        os.close(follower)
+        started = time.monotonic()
+        ready, _, _ = select.select([leader], [], [], 5.0)
+        first_at = time.monotonic() - started
+        assert ready, "no output within 5 s"
+        output = b""
+        while True:
+            ready, _, _ = select.select([leader], [], [], 15.0)
+            if not ready:
+                break
+            try:
+                data = os.read(leader, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            output += data
+        probe.wait(timeout=30)
+        os.close(leader)
+        lines = output.decode().replace("\r", "").splitlines()
+        assert lines[0] == "event: queue", lines
+        assert first_at < 1.0, first_at
+        assert "event: message_start" in lines, lines
+    finally:
+        fill.wait(timeout=30)
+
+
+def test_uncontended_upstream_starts_with_message_start(seed_gateway: int) -> None:
+    out = seed_shell(UNCONTENDED, seed_gateway)
+    assert out.stdout.strip() == "event: message_start", out.stdout

@@ -1,0 +1,156 @@
+"""A scripted fake of the chat service and a minimal ASGI driver for the `/llm` endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import msgspec
+
+from adapters.inbound._shared.dialect import EdgeContext
+from adapters.inbound.anthropic import dialect
+from domain.canonical import (
+    ChatRequest,
+    ChatResponse,
+    Finish,
+    MessageStart,
+    StreamChunk,
+    TextDelta,
+    TextPart,
+    Usage,
+    UsageReport,
+)
+from domain.errors import ModelNotFound
+from domain.records import RequestRecord
+
+PING_INTERVAL = 0.05
+BODY = {"model": "reasoning", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def chunk(*events: Any) -> StreamChunk:
+    return StreamChunk(events=list(events))
+
+
+ANSWER = [
+    chunk(MessageStart(id="chatcmpl-1", model="reasoning", created=0)),
+    chunk(TextDelta(text="alpha")),
+    chunk(Finish(reason="end_turn"), UsageReport(usage=Usage(input_tokens=2, output_tokens=1))),
+]
+
+
+class FakeService:
+    """Plays a script: items are yielded, floats are sleeps, exceptions are raised."""
+
+    def __init__(self, script: list[Any] | None = None) -> None:
+        self.script = script or []
+        self.requests: list[ChatRequest] = []
+        self.closed = asyncio.Event()
+        self.count: int | Exception = 5
+
+    def models(self) -> list[str]:
+        return ["reasoning", "qwen"]
+
+    def upstream_for(self, model: str) -> str:
+        if model not in self.models():
+            raise ModelNotFound(model)
+        return "up"
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.requests.append(request)
+        return ChatResponse(
+            id="chatcmpl-9",
+            model="x",
+            created=0,
+            content=[TextPart(text="hello")],
+            finish_reason="end_turn",
+            usage=Usage(input_tokens=3, output_tokens=1),
+        )
+
+    async def stream(self, request: ChatRequest, *, report_queue: bool = False) -> AsyncIterator[Any]:
+        assert report_queue
+        self.requests.append(request)
+        try:
+            for item in self.script:
+                if isinstance(item, float):
+                    await asyncio.sleep(item)
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    yield item
+        finally:
+            self.closed.set()
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        if isinstance(self.count, Exception):
+            raise self.count
+        return self.count
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+
+    def request_finished(self, record: RequestRecord) -> None:
+        self.records.append(record)
+
+
+class Result:
+    def __init__(self) -> None:
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        self.chunks: list[bytes] = []
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def json(self) -> Any:
+        return msgspec.json.decode(self.body)
+
+
+async def call(
+    service: FakeService,
+    path: str,
+    body: Any = None,
+    method: str = "POST",
+    hang_up_after: float | None = None,
+    max_body: int = 10_000,
+) -> tuple[Result, Observer]:
+    observer = Observer()
+    context = EdgeContext(
+        service=cast(Any, service),
+        observer=observer,
+        max_body_bytes=max_body,
+        ping_interval_seconds=PING_INTERVAL,
+    )
+    endpoint = {r.path: r.endpoint for r in dialect.routes(context)}[path]
+    raw = body if isinstance(body, bytes) else msgspec.json.encode(body) if body is not None else b""
+    gone = asyncio.Event()
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    result = Result()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            result.status = message["status"]
+            result.headers = dict(message["headers"])
+        else:
+            result.chunks.append(message.get("body", b""))
+
+    scope = {"type": "http", "method": method, "path": path, "headers": [(b"x-request-id", b"req-42")]}
+    if hang_up_after is not None:
+        asyncio.get_running_loop().call_later(hang_up_after, gone.set)
+    await asyncio.wait_for(endpoint(scope, receive, send), 5)
+    return result, observer
+
+
+def frames(result: Result) -> list[bytes]:
+    """The body split into frames, comments included."""
+    return [f + b"\n\n" for f in result.body.split(b"\n\n") if f]
