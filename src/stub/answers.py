@@ -1,0 +1,251 @@
+"""Deterministic answers of the stub upstream: answer building and wire bytes.
+
+Everything here is pure (no I/O) so that the HTTP layer only moves bytes.
+
+Answer text: token ``i`` is ``WORDS[i % 16]`` ("alpha", "bravo", ... "papa", the
+NATO alphabet), tokens joined by single spaces, so ``--tokens 4`` answers
+``"alpha bravo charlie delta"``. Every word is a recognisable stop string: a request
+with ``"stop": ["echo"]`` gets ``"alpha bravo charlie delta "`` with finish_reason
+``"stop"`` and ``stop_reason: "echo"`` (as vLLM: the text is cut before the match).
+``max_tokens``/``max_completion_tokens`` below ``--tokens`` cut the content at that many
+tokens with finish_reason ``"length"``; they limit content tokens only, never reasoning.
+
+Reasoning text (``--reasoning``): ``REASONING`` pieces, "Let me think about this.".
+
+Tool calls: see ``pick_tool``; arguments are made up by ``example_value``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from stub.schema import ChatRequest, NamedChoice, Tool, encode, message_texts, token_ids
+
+# fmt: off
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+         "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa")
+# fmt: on
+REASONING = ("Let", " me", " think", " about", " this.")
+
+
+def example_value(schema: Any, depth: int = 0) -> Any:
+    """A value valid for a (simple) JSON schema: string "x", integer 1, enum's first, ..."""
+    if not isinstance(schema, dict) or depth > 16:
+        return "x"
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return example_value(schema[key][0], depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind is None and "properties" in schema:
+        kind = "object"
+    if kind == "object":
+        props = schema.get("properties")
+        props = props if isinstance(props, dict) else {}
+        value = {name: example_value(sub, depth + 1) for name, sub in props.items()}
+        for name in schema.get("required") or ():
+            value.setdefault(name, "x")
+        return value
+    scalars = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "null": None}
+    return scalars.get(kind, "x") if isinstance(kind, str) else "x"
+
+
+def _begins_with_use(text: str, name: str) -> bool:
+    """True for "use <name>" at the very start (after blanks), name followed by a non-name char."""
+    text = text.lstrip()
+    if text[:4].lower() != "use " or not text[4:].startswith(name):
+        return False
+    rest = text[4 + len(name) : 5 + len(name)]
+    return not rest or not (rest.isalnum() or rest in "_-.")
+
+
+def pick_tool(req: ChatRequest) -> Tool | None:
+    """The tool to call: forced by tool_choice, or named by a last user message "use <name>".
+
+    Only this explicit form triggers a call: real prompts mention tool names all the time,
+    and an agent client would loop if any mention produced a call. Raises ValueError (400).
+    """
+    choice = req.tool_choice
+    if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+        raise ValueError(f"Invalid `tool_choice` value: {choice!r}.")
+    if not req.tools:
+        if choice not in (None, "none", "auto"):
+            raise ValueError("When using `tool_choice`, `tools` must be set.")
+        return None
+    if choice == "required":
+        return req.tools[0]
+    if isinstance(choice, NamedChoice):
+        for tool in req.tools:
+            if tool.function.name == choice.function.name:
+                return tool
+        raise ValueError(f"Tool {choice.function.name!r} in `tool_choice` is not in `tools`.")
+    if choice == "none" or not req.messages or req.messages[-1].role != "user":
+        return None
+    texts = message_texts(req.messages[-1:])
+    by_length = sorted(req.tools, key=lambda t: len(t.function.name), reverse=True)
+    for text in texts:
+        for tool in by_length:
+            if tool.function.name and _begins_with_use(text, tool.function.name):
+                return tool
+    return None
+
+
+@lru_cache(maxsize=64)
+def content_pieces(count: int) -> tuple[str, ...]:
+    """The answer text as streamed pieces: "alpha", " bravo", " charlie", ..."""
+    return tuple(("" if i == 0 else " ") + WORDS[i % len(WORDS)] for i in range(count))
+
+
+def _cut_at_stop(pieces: tuple[str, ...], stop: list[str]) -> tuple[tuple[str, ...], str | None]:
+    """Cut the pieces before the earliest stop string, as vLLM does (stop string excluded)."""
+    text = "".join(pieces)
+    found = [(text.find(s), s) for s in stop if s and s in text]
+    if not found:
+        return pieces, None
+    cut, matched = min(found)
+    out: list[str] = []
+    used = 0
+    for piece in pieces:
+        if used + len(piece) >= cut:
+            if cut > used:
+                out.append(piece[: cut - used])
+            break
+        out.append(piece)
+        used += len(piece)
+    return tuple(out), matched
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the stub answers to one chat request, independent of stream/non-stream."""
+
+    reasoning: tuple[str, ...]
+    content: tuple[str, ...]
+    tool: str | None
+    arguments: str
+    finish_reason: str
+    stop_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def build_answer(req: ChatRequest, tokens: int, reasoning: bool) -> Answer:
+    """Decide the deterministic answer; raises ValueError for an invalid request (400)."""
+    tool = pick_tool(req)
+    thoughts = REASONING if reasoning else ()
+    prompt_tokens = len(token_ids(message_texts(req.messages)))
+    if tool is not None:
+        arguments = encode(example_value(tool.function.parameters or {})).decode()
+        used = len(thoughts) + len(split_arguments(arguments))
+        return Answer(thoughts, (), tool.function.name, arguments, "tool_calls", None, prompt_tokens, used)
+    limit = req.max_completion_tokens if req.max_tokens is None else req.max_tokens
+    finish = "stop"
+    if limit is not None and limit < tokens:
+        tokens, finish = max(limit, 0), "length"
+    pieces, matched = content_pieces(tokens), None
+    if req.stop:
+        pieces, matched = _cut_at_stop(pieces, [req.stop] if isinstance(req.stop, str) else req.stop)
+        if matched is not None:
+            finish = "stop"
+    return Answer(thoughts, pieces, None, "", finish, matched, prompt_tokens, len(thoughts) + len(pieces))
+
+
+def split_arguments(arguments: str) -> list[str]:
+    """Arguments JSON in 2-3 non-empty fragments, as a streaming tool parser emits them."""
+    n = len(arguments)
+    cuts = [0, n // 3, 2 * n // 3, n]
+    return [arguments[a:b] for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def _usage(answer: Answer) -> dict[str, int]:
+    p, c = answer.prompt_tokens, answer.completion_tokens
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def completion_body(answer: Answer, rid: str, created: int, model: str, call_id: str) -> bytes:
+    """Non-streaming chat.completion JSON."""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(answer.content)}
+    if answer.reasoning:
+        message["reasoning"] = "".join(answer.reasoning)
+    message["tool_calls"] = []
+    if answer.tool is not None:
+        message["content"] = None
+        function = {"name": answer.tool, "arguments": answer.arguments}
+        message["tool_calls"] = [{"id": call_id, "type": "function", "function": function}]
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": answer.finish_reason,
+        "stop_reason": answer.stop_reason,
+    }
+    return encode(
+        {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": _usage(answer),
+        }
+    )
+
+
+_PIECES: dict[str, bytes] = {}
+
+
+def _enc(piece: str) -> bytes:
+    """JSON string of a piece, cached: the same words recur in every answer."""
+    out = _PIECES.get(piece)
+    if out is None:
+        out = encode(piece)
+        if len(_PIECES) < 4096:
+            _PIECES[piece] = out
+    return out
+
+
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+def stream_frames(
+    answer: Answer, rid: str, created: int, model: str, call_id: str, include_usage: bool
+) -> list[bytes]:
+    """SSE frames (``data: {chunk}\\n\\n``) of a streamed answer, built from one template."""
+    top = b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s' % (
+        rid.encode(),
+        created,
+        encode(model),
+    )
+    head = b"data: " + top + b',"choices":[{"index":0,"delta":'
+    tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+    frames = [head + b'{"role":"assistant","content":""}' + tail]
+    frames += [head + b'{"reasoning":' + _enc(p) + b"}" + tail for p in answer.reasoning]
+    frames += [head + b'{"content":' + _enc(p) + b"}" + tail for p in answer.content]
+    if answer.tool is not None:
+        start = {
+            "index": 0,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": answer.tool, "arguments": ""},
+        }
+        frames.append(head + b'{"tool_calls":' + encode([start]) + b"}" + tail)
+        for fragment in split_arguments(answer.arguments):
+            delta = b'{"tool_calls":[{"index":0,"function":{"arguments":%s}}]}' % _enc(fragment)
+            frames.append(head + delta + tail)
+    frames.append(
+        head
+        + b'{},"logprobs":null,"finish_reason":"%s","stop_reason":%s}]}\n\n'
+        % (answer.finish_reason.encode(), encode(answer.stop_reason))
+    )
+    if include_usage:
+        frames.append(b"data: " + top + b',"choices":[],"usage":' + encode(_usage(answer)) + b"}\n\n")
+    frames.append(DONE_FRAME)
+    return frames

@@ -1,0 +1,113 @@
+"""Command line of the stub upstream; the gateway's ``gateway stub`` subcommand reuses it.
+
+The option names are a contract (operators and acceptance tests rely on them); see
+``docs/design.md`` "Stub upstream".
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from stub.server import StubConfig, run_server
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the stub's options on ``parser`` (a subparser of ``gateway`` or standalone)."""
+    parser.add_argument(
+        "--listen",
+        required=True,
+        type=parse_listen,
+        metavar="HOST:PORT",
+        help="address to listen on (port 0: any free port, printed at start)",
+    )
+    parser.add_argument(
+        "--hold",
+        type=_non_negative,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait before the first byte of each chat answer (default 0)",
+    )
+    parser.add_argument(
+        "--tokens",
+        type=_count,
+        default=16,
+        metavar="N",
+        help="length in tokens of the deterministic answer (default 16)",
+    )
+    parser.add_argument(
+        "--reasoning",
+        action="store_true",
+        help="also emit reasoning text (vLLM's `reasoning` field)",
+    )
+    parser.add_argument(
+        "--error-rate",
+        type=_fraction,
+        default=0.0,
+        metavar="P",
+        help="fraction of chat requests answered at once with HTTP 500",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the --error-rate draws (default 0)")
+    parser.add_argument(
+        "--log",
+        metavar="PATH",
+        default=None,
+        help="truncated at start; one line per started chat request with "
+        "in_flight=N max_concurrent=M, flushed at once",
+    )
+    parser.add_argument(
+        "--models",
+        default=None,
+        metavar="A,B",
+        help="model ids served and listed (default: accept any, list 'stub')",
+    )
+    parser.add_argument("--chunk-delay", type=_non_negative, default=0.0, metavar="SECONDS",
+                        help="delay between stream chunks (default 0)")  # fmt: skip
+
+
+def config_from_args(args: argparse.Namespace) -> StubConfig:
+    models = tuple(m.strip() for m in (args.models or "").split(",") if m.strip())
+    return StubConfig(hold=args.hold, tokens=args.tokens, reasoning=args.reasoning,
+                      error_rate=args.error_rate, seed=args.seed, log_path=args.log,
+                      models=models, chunk_delay=args.chunk_delay)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a vLLM-compatible stub upstream until SIGINT/SIGTERM; returns the exit status."""
+    host, port = args.listen
+    try:
+        run_server(config_from_args(args), host, port)
+    except OSError as exc:
+        print(f"stub: cannot start on {host}:{port}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -1,0 +1,109 @@
+"""Wire schema of the requests the stub reads, vLLM's error envelope, and /tokenize.
+
+Only the fields the stub uses are declared; like vLLM, unknown fields are ignored.
+Decoders are built once at import (no per-request decoder, no stdlib json).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import msgspec
+
+MAX_MODEL_LEN = 8192
+
+
+class Part(msgspec.Struct):
+    """One content-array part; only text parts matter to the stub."""
+
+    type: str = "text"
+    text: str | None = None
+
+
+class Message(msgspec.Struct):
+    role: str = "user"
+    content: str | list[Part] | None = None
+
+
+class FunctionDef(msgspec.Struct):
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(msgspec.Struct, kw_only=True):
+    type: str = "function"
+    function: FunctionDef
+
+
+class NamedFunction(msgspec.Struct):
+    name: str
+
+
+class NamedChoice(msgspec.Struct, kw_only=True):
+    type: str = "function"
+    function: NamedFunction
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool | None = True  # vLLM: true when the object is present
+
+
+class ChatRequest(msgspec.Struct, kw_only=True):
+    """The fields of an OpenAI chat request the stub reads; the rest is ignored like vLLM."""
+
+    model: str
+    messages: list[Message] = []
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stop: str | list[str] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: str | NamedChoice | None = None
+
+
+class TokenizeRequest(msgspec.Struct, kw_only=True):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+
+
+CHAT_DECODER = msgspec.json.Decoder(ChatRequest)
+TOKENIZE_DECODER = msgspec.json.Decoder(TokenizeRequest)
+encode = msgspec.json.encode
+
+
+def error_body(code: int, message: str) -> bytes:
+    """vLLM (>= 0.10.1) nested error envelope."""
+    kind = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
+    info = {"message": message, "type": kind.get(code, "Error"), "param": None, "code": code}
+    return encode({"error": info})
+
+
+def message_texts(messages: list[Message]) -> list[str]:
+    """Text of every message: string content and content-array text parts."""
+    out: list[str] = []
+    for message in messages:
+        if isinstance(message.content, str):
+            out.append(message.content)
+        elif message.content:
+            out.extend(p.text for p in message.content if p.type == "text" and p.text)
+    return out
+
+
+def token_ids(texts: list[str]) -> list[int]:
+    """Deterministic whitespace tokenisation: one id (crc32 mod 100000) per word."""
+    return [zlib.crc32(word.encode()) % 100000 for text in texts for word in text.split()]
+
+
+def tokenize_body(body: bytes) -> bytes:
+    """Answer of POST /tokenize; raises ValueError (-> 400) on a bad request."""
+    req = TOKENIZE_DECODER.decode(body)
+    if req.prompt is not None:
+        ids = token_ids([req.prompt])
+    elif req.messages is not None:
+        ids = token_ids(message_texts(req.messages))
+    else:
+        raise ValueError("Either `prompt` or `messages` must be given.")
+    return encode({"count": len(ids), "max_model_len": MAX_MODEL_LEN, "tokens": ids})

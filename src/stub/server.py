@@ -1,0 +1,216 @@
+"""The stub upstream's routes, in-flight accounting and --log, served under uvloop.
+
+A chat request that needs no waiting (no --hold, no --chunk-delay) is answered
+synchronously inside ``data_received``, without creating a task: the stub is the upstream
+of every benchmark and must stay well over twice as fast as the gateway in front of it.
+Only held or slowly streamed answers get a task, which the connection cancels when the
+client goes away; the request then stops counting as in flight at once (a vLLM abort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+
+import msgspec
+
+from stub.answers import Answer, build_answer, completion_body, stream_frames
+from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
+from stub.schema import CHAT_DECODER, ChatRequest, encode, error_body, tokenize_body
+
+
+@dataclass(frozen=True, slots=True)
+class StubConfig:
+    """The stub's knobs; see ``stub.cli`` for their meaning."""
+
+    hold: float = 0.0
+    tokens: int = 16
+    reasoning: bool = False
+    error_rate: float = 0.0
+    seed: int = 0
+    log_path: str | None = None
+    models: tuple[str, ...] = ()
+    chunk_delay: float = 0.0
+
+
+class Rejected(Exception):
+    """A chat request answered with an error before it starts: no log line, never in flight."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class Stub:
+    """State shared by all connections: in-flight accounting, log, error RNG, ids; routing."""
+
+    def __init__(self, config: StubConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.in_flight = 0
+        self.max_concurrent = 0
+        self.counter = 0
+        self.prefix = os.urandom(4).hex()
+        self.log_fd: int | None = None
+        if config.log_path:  # O_TRUNC: the log starts empty; os.write is write+flush per line
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+            self.log_fd = os.open(config.log_path, flags, 0o644)
+        now = int(time.time())
+        cards = [
+            {
+                "id": m,
+                "object": "model",
+                "created": now,
+                "owned_by": "stub",
+                "root": m,
+                "parent": None,
+                "max_model_len": 8192,
+            }
+            for m in config.models or ("stub",)
+        ]
+        self.models_body = encode({"object": "list", "data": cards})
+
+    def close(self) -> None:
+        if self.log_fd is not None:
+            os.close(self.log_fd)
+            self.log_fd = None
+
+    def start(self, proto: HttpProtocol, model: str, stream: bool) -> None:
+        """Count a started chat request and log its line."""
+        proto.counted = True
+        self.in_flight += 1
+        self.max_concurrent = max(self.max_concurrent, self.in_flight)
+        if self.log_fd is not None:
+            line = (
+                f"{time.time():.3f} chat start in_flight={self.in_flight} "
+                f"max_concurrent={self.max_concurrent} model={encode(model).decode()} "
+                f"stream={'true' if stream else 'false'}\n"
+            )
+            os.write(self.log_fd, line.encode())
+
+    def release(self, proto: HttpProtocol) -> None:
+        """Idempotent: called when the answer is written and when the client goes away."""
+        if proto.counted:
+            proto.counted = False
+            self.in_flight -= 1
+
+    def handle(
+        self, proto: HttpProtocol, method: bytes, path: bytes, body: bytes, keep: bool
+    ) -> asyncio.Task[None] | None:
+        """Answer one request; returns a task when the answer must wait (hold, chunk delay)."""
+        if path == b"/v1/chat/completions" and method == b"POST":
+            return self.chat(proto, body, keep)
+        if path == b"/health" and method in (b"GET", b"HEAD"):
+            proto.finish(response(200, b"", keep, b"text/plain"), keep)
+        elif path == b"/v1/models" and method == b"GET":
+            proto.finish(response(200, self.models_body, keep), keep)
+        elif path == b"/tokenize" and method == b"POST":
+            try:
+                proto.finish(response(200, tokenize_body(body), keep), keep)
+            except (msgspec.DecodeError, ValueError) as exc:
+                proto.finish(response(400, error_body(400, str(exc)), keep), keep)
+        else:
+            message = f"Not Found: {method.decode(errors='replace')} {path.decode(errors='replace')}"
+            proto.finish(response(404, error_body(404, message), keep), keep)
+        return None
+
+    def admit(self, body: bytes) -> tuple[ChatRequest, Answer]:
+        """Decode and validate a chat request; raises Rejected before it starts (no log line)."""
+        cfg = self.config
+        try:
+            req = CHAT_DECODER.decode(body)
+            answer = build_answer(req, cfg.tokens, cfg.reasoning)
+        except msgspec.ValidationError as exc:
+            raise Rejected(400, str(exc)) from exc
+        except msgspec.DecodeError as exc:
+            raise Rejected(400, f"Invalid JSON: {exc}") from exc
+        except ValueError as exc:
+            raise Rejected(400, str(exc)) from exc
+        if cfg.models and req.model not in cfg.models:
+            raise Rejected(404, f"The model `{req.model}` does not exist.")
+        if cfg.error_rate and self.rng.random() < cfg.error_rate:
+            raise Rejected(500, "Injected failure (stub --error-rate).")
+        return req, answer
+
+    def chat(self, proto: HttpProtocol, body: bytes, keep: bool) -> asyncio.Task[None] | None:
+        try:
+            req, answer = self.admit(body)
+        except Rejected as exc:
+            proto.finish(response(exc.status, error_body(exc.status, exc.message), keep), keep)
+            return None
+        cfg = self.config
+        self.counter += 1
+        rid = f"chatcmpl-{self.prefix}{self.counter:08x}"
+        call_id = f"chatcmpl-tool-{self.prefix}{self.counter:08x}"
+        created = int(time.time())
+        self.start(proto, req.model, bool(req.stream))
+        if req.stream:
+            usage = bool(req.stream_options and req.stream_options.include_usage)
+            frames = stream_frames(answer, rid, created, req.model, call_id, usage)
+            head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
+            if not cfg.hold and not cfg.chunk_delay:
+                self.release(proto)
+                proto.finish(head + chunked(frames) + CHUNKED_END, keep)
+                return None
+            return asyncio.get_running_loop().create_task(self._stream_later(proto, head, frames, keep))
+        payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
+        if not cfg.hold:
+            self.release(proto)
+            proto.finish(payload, keep)
+            return None
+        return asyncio.get_running_loop().create_task(self._answer_later(proto, payload, keep))
+
+    async def _answer_later(self, proto: HttpProtocol, payload: bytes, keep: bool) -> None:
+        try:
+            await asyncio.sleep(self.config.hold)
+            proto.finish(payload, keep)
+        finally:
+            self.release(proto)
+
+    async def _stream_later(self, proto: HttpProtocol, head: bytes, frames: list[bytes], keep: bool) -> None:
+        try:
+            if self.config.hold:
+                await asyncio.sleep(self.config.hold)
+            delay = self.config.chunk_delay
+            if not delay:
+                proto.write(head + chunked(frames))
+            else:
+                proto.write(head + chunked(frames[:1]))
+                for frame in frames[1:]:
+                    await asyncio.sleep(delay)
+                    await proto.drain()
+                    proto.write(chunked([frame]))
+            proto.finish(CHUNKED_END, keep)
+        finally:
+            self.release(proto)
+
+
+async def serve(config: StubConfig, host: str, port: int) -> None:
+    """Run until SIGINT/SIGTERM; prints the bound address once listening."""
+    loop = asyncio.get_running_loop()
+    stub = Stub(config)
+    server = await loop.create_server(lambda: HttpProtocol(stub), host, port, backlog=2048)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    bound = server.sockets[0].getsockname()
+    print(f"stub listening on http://{host}:{bound[1]}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        stub.close()
+
+
+def run_server(config: StubConfig, host: str, port: int) -> None:
+    """Serve under uvloop (plain asyncio if uvloop is unavailable)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; keep the stub usable anyway
+        asyncio.run(serve(config, host, port))
+    else:
+        uvloop.run(serve(config, host, port))
