@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,7 +26,9 @@ from adapters.inbound._shared.dialect import EdgeContext, InboundDialect
 from adapters.inbound.operations import operations_routes
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import AiohttpUpstreamClient
-from adapters.outbound.prometheus_metrics import FanOutObserver, PrometheusMetrics
+from adapters.outbound.edge_observer import EdgeObserver
+from adapters.outbound.otel_tracing import OtelTelemetry, tracing_wanted
+from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
@@ -70,7 +72,22 @@ def _policies(config: Config) -> dict[str, AdmissionPolicy | None]:
     return policies
 
 
-def _upstream_clients(config: Config, session_resource: Any) -> dict[str, AiohttpUpstreamClient]:
+def _telemetry(config: Config) -> Iterator[OtelTelemetry | None]:
+    """Tracing only when an exporter is configured: otherwise no spans are made at all."""
+    telemetry = config.telemetry
+    if not tracing_wanted(telemetry.otlp_endpoint):
+        yield None
+        return
+    tracing = OtelTelemetry(telemetry.service_name, telemetry.otlp_endpoint, telemetry.sample_ratio)
+    try:
+        yield tracing
+    finally:
+        tracing.shutdown()
+
+
+def _upstream_clients(
+    config: Config, session_resource: Any, tracing: OtelTelemetry | None
+) -> dict[str, AiohttpUpstreamClient]:
     def session() -> aiohttp.ClientSession:
         # An initialised async Resource hands out a finished future of its instance.
         return session_resource().result()  # type: ignore[no-any-return]
@@ -83,6 +100,7 @@ def _upstream_clients(config: Config, session_resource: Any) -> dict[str, Aiohtt
             connect_timeout=upstream.connect_timeout_seconds,
             first_byte_timeout=upstream.first_byte_timeout_seconds,
             idle_timeout=upstream.idle_timeout_seconds,
+            tracer=tracing,
         )
         for name, upstream in config.upstreams.items()
     }
@@ -98,16 +116,19 @@ class Container(containers.DeclarativeContainer):
     gate = providers.Singleton(
         lambda c, clock: InMemoryAdmissionGate(_policies(c), clock), config, clock
     )
-    upstreams = providers.Singleton(_upstream_clients, config, http_session.provider)
+    tracing = providers.Resource(_telemetry, config)
+    upstreams = providers.Singleton(_upstream_clients, config, http_session.provider, tracing)
     service = providers.Singleton(
-        lambda c, router, upstreams, gate, clock: ChatService(
-            router, upstreams, gate, c.server.queue_update_interval_seconds, clock
+        lambda c, router, upstreams, gate, clock, tracing: ChatService(
+            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing
         ),
-        config, router, upstreams, gate, clock,
+        config, router, upstreams, gate, clock, tracing,
     )
     metrics = providers.Singleton(PrometheusMetrics, gate)
     request_log = providers.Singleton(lambda c: JsonRequestLog(enabled=c.server.access_log), config)
-    observer = providers.Singleton(FanOutObserver, request_log, metrics)
+    observer = providers.Singleton(
+        lambda log, metrics, tracing: EdgeObserver(log, metrics, tracing=tracing), request_log, metrics, tracing
+    )
 
 
 def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) -> Litestar:

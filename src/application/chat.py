@@ -27,7 +27,7 @@ class ChatService:
     back and aborts the upstream call.
     """
 
-    __slots__ = ("_router", "_upstreams", "_gate", "_update_interval", "_clock", "_tracer")
+    __slots__ = ("_clock", "_gate", "_router", "_tracer", "_update_interval", "_upstreams")
 
     def __init__(
         self,
@@ -75,18 +75,19 @@ class ChatService:
             ticket: QueueTicket = entry  # type: ignore[assignment]
             span.set("gateway.queue.position_on_arrival", ticket.position())
             if report_queue:
-                lease = None
+                granted: SlotLease | None = None
                 try:
                     async for item in self._positions(upstream, ticket):
                         if isinstance(item, QueuePosition):
                             yield item
                         else:
-                            lease = item
+                            granted = item
                 except BaseException as error:  # hang-up while queued, including GeneratorExit
                     await ticket.cancel()
                     self._admitted(span, started, record, error)
                     raise
-                assert lease is not None
+                assert granted is not None
+                lease = granted
             else:
                 lease = await self._wait(ticket, span, started, record)
             self._admitted(span, started, record, None, "queued")

@@ -8,7 +8,14 @@ from domain.records import RequestRecord
 
 
 class RequestObserver(Protocol):
-    def request_finished(self, record: RequestRecord) -> None:
+    def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
+        """Called when a request arrives; the result is handed back to `request_finished`.
+
+        It runs in the request's own task, so a tracer can make its span current here.
+        """
+        ...
+
+    def request_finished(self, record: RequestRecord, handle: object = None) -> None:
         """Called once per request, after the last byte was sent or the client left."""
         ...
 

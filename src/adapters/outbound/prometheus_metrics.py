@@ -70,7 +70,10 @@ class PrometheusMetrics:
         self._upstream_errors = Counter(
             "gateway_upstream_errors", "Failed requests by error kind", ["upstream", "kind"], registry=r)
 
-    def request_finished(self, record: RequestRecord) -> None:
+    def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
+        return None
+
+    def request_finished(self, record: RequestRecord, handle: object = None) -> None:
         self._requests.labels(record.surface, record.route, str(record.status)).inc()
         upstream = record.upstream
         if upstream is None:
@@ -90,16 +93,3 @@ class PrometheusMetrics:
 
     def render(self) -> tuple[bytes, bytes]:
         return CONTENT_TYPE_LATEST.encode(), generate_latest(self.registry)
-
-
-class FanOutObserver:
-    """Hands each record to several observers (log line, metrics, ...)."""
-
-    __slots__ = ("_observers",)
-
-    def __init__(self, *observers: object) -> None:
-        self._observers = tuple(o.request_finished for o in observers)  # type: ignore[attr-defined]
-
-    def request_finished(self, record: RequestRecord) -> None:
-        for observe in self._observers:
-            observe(record)

@@ -20,6 +20,9 @@ class JsonRequestLog:
         self._enabled = enabled
         self._log = logging.getLogger("gateway.access")
 
-    def request_finished(self, record: RequestRecord) -> None:
+    def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
+        return None
+
+    def request_finished(self, record: RequestRecord, handle: object = None) -> None:
         if self._enabled and self._log.isEnabledFor(logging.INFO):
             self._log.info(_encode(record).decode())

@@ -91,7 +91,10 @@ class Observer:
     def __init__(self) -> None:
         self.records: list[RequestRecord] = []
 
-    def request_finished(self, record: RequestRecord) -> None:
+    def request_started(self, record: RequestRecord, headers: object) -> object:
+        return None
+
+    def request_finished(self, record: RequestRecord, handle: object = None) -> None:
         self.records.append(record)
 
 

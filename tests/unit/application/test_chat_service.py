@@ -8,13 +8,19 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
 from domain.canonical import (
-    ChatRequest, ChatResponse, Finish, MessageStart, QueuePosition, StreamChunk, TextDelta,
+    ChatRequest,
+    ChatResponse,
+    Finish,
+    MessageStart,
+    QueuePosition,
+    StreamChunk,
+    TextDelta,
 )
 from domain.errors import ModelNotFound, QueueFull, UpstreamError
 from domain.routing import ModelRouter
-from adapters.outbound.system_clock import SystemClock
 from ports.admission import GateSnapshot
 
 

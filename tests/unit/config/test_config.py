@@ -29,7 +29,9 @@ models = ["qwen2.5:3b-instruct"]
 """
 
 UPSTREAM = '[upstreams.a]\nurl = "http://a:80"\nmodels = ["m"]\n'
-ADMISSION = "[upstreams.a.admission]\nsequence_slots = 8\nmax_in_flight = 6\nqueue_depth = 8\nqueue_timeout_seconds = 30\n"
+ADMISSION = (
+    "[upstreams.a.admission]\nsequence_slots = 8\nmax_in_flight = 6\nqueue_depth = 8\nqueue_timeout_seconds = 30\n"
+)
 
 
 def test_design_example_is_complete() -> None:

@@ -118,7 +118,10 @@ class FakeClock:
 
 
 class FakeObserver(list[RequestRecord]):
-    def request_finished(self, record: RequestRecord) -> None:
+    def request_started(self, record: RequestRecord, headers: object) -> object:
+        return None
+
+    def request_finished(self, record: RequestRecord, handle: object = None) -> None:
         self.append(record)
 
 

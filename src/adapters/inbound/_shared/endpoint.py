@@ -47,6 +47,7 @@ async def serve(
     terminal in-stream error frame. A hang-up cancels the work (see `Exchange`); its
     cancellation is absorbed here, so `finally` blocks below have released every slot.
     """
+    handle = observer.request_started(ex.record, ex.scope["headers"])
     try:
         await work(ex)
     except asyncio.CancelledError:
@@ -61,7 +62,7 @@ async def serve(
         await _fail(ex, InternalError(), errors)
     finally:
         ex.stop_watching()
-        observer.request_finished(ex.close_record())
+        observer.request_finished(ex.close_record(), handle)
 
 
 async def _fail(ex: Exchange, error: GatewayError, errors: ErrorRenderer) -> None:

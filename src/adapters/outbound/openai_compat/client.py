@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
+from typing import Protocol
 
 import aiohttp
 import msgspec
@@ -32,6 +33,7 @@ from domain.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from ports.telemetry import AttributeValue, Span
 
 from .request_body import encode_chat, encode_tokenize
 from .sse_decoder import SseDecoder, SseOverflow
@@ -39,6 +41,12 @@ from .stream_mapping import Phase, StreamMapper, response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
 
 SessionSource = aiohttp.ClientSession | Callable[[], aiohttp.ClientSession]
+
+
+class ClientTracer(Protocol):
+    """Starts an upstream-call span; returns it and the headers that carry its context."""
+
+    def start_client(self, name: str, attributes: Mapping[str, AttributeValue]) -> tuple[Span, dict[str, str]]: ...
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 _SSE = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -48,7 +56,9 @@ _DRAIN_TIMEOUT = 1.0  # after [DONE], how long to wait for the body's end (pool 
 class AiohttpUpstreamClient:
     """One upstream server; share one instance per upstream address."""
 
-    __slots__ = ("_chat_url", "_first_byte", "_idle", "_session", "_timeout", "_tokenize_url", "name")
+    __slots__ = (
+        "_chat_url", "_first_byte", "_idle", "_session", "_timeout", "_tokenize_url", "_tracer", "name",
+    )
 
     def __init__(
         self,
@@ -59,9 +69,11 @@ class AiohttpUpstreamClient:
         connect_timeout: float = 10.0,
         first_byte_timeout: float = 600.0,
         idle_timeout: float = 120.0,
+        tracer: ClientTracer | None = None,
     ) -> None:
         root = base_url.rstrip("/")
         self.name = name
+        self._tracer = tracer
         self._session = session
         self._chat_url = URL(root + "/v1/chat/completions")
         self._tokenize_url = URL(root + "/tokenize")
@@ -76,13 +88,36 @@ class AiohttpUpstreamClient:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         body = encode_chat(request, stream=False)
-        resp = await self._post(self._chat_url, body, _JSON)
+        span, headers = self._client_span(request, _JSON)
         try:
-            await self._check_status(resp)
-            raw = await self._read_all(resp)
-        finally:
-            resp.close()  # no-op for the connection once the body was read to its end
-        return response_from_completion(raw)
+            resp = await self._post(self._chat_url, body, headers)
+            try:
+                await self._check_status(resp)
+                raw = await self._read_all(resp)
+            finally:
+                resp.close()  # no-op for the connection once the body was read to its end
+            response = response_from_completion(raw)
+        except BaseException as exc:
+            _end_span(span, exc)
+            raise
+        if span is not None:
+            span.set("gen_ai.response.finish_reasons", [response.finish_reason])  # type: ignore[arg-type]
+            span.set("gen_ai.usage.input_tokens", response.usage.input_tokens)
+            span.set("gen_ai.usage.output_tokens", response.usage.output_tokens)
+            span.end()
+        return response
+
+    def _client_span(self, request: ChatRequest, headers: dict[str, str]) -> tuple[Span | None, dict[str, str]]:
+        """A client span for this call (when tracing is on) and headers carrying its context."""
+        if self._tracer is None:
+            return None, headers
+        span, carrier = self._tracer.start_client(
+            f"chat {request.model}",
+            {"gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
+             "gateway.upstream": self.name, "server.address": self._chat_url.host or "",
+             "server.port": self._chat_url.port or 0, "gen_ai.request.stream": request.stream},
+        )
+        return span, {**headers, **carrier}
 
     def open_stream(self, request: ChatRequest) -> _StreamContext:
         return _StreamContext(self, request)
@@ -169,6 +204,12 @@ class AiohttpUpstreamClient:
         return f"upstream '{self.name}' connection failed mid-answer: {exc}"
 
 
+def _end_span(span: Span | None, exc: BaseException | None) -> None:
+    if span is not None:
+        kind = getattr(exc, "kind", None) or (type(exc).__name__ if exc is not None else None)
+        span.end(kind)
+
+
 def _error_message(raw: bytes) -> str | None:
     """The message of vLLM's nested or flat error envelope, else the body's text."""
     try:
@@ -181,17 +222,23 @@ def _error_message(raw: bytes) -> str | None:
 class _StreamContext(AbstractAsyncContextManager[AsyncIterator[StreamChunk]]):
     """What `open_stream` returns: entering sends and checks; leaving closes."""
 
-    __slots__ = ("_client", "_request", "_stream")
+    __slots__ = ("_client", "_request", "_span", "_stream")
 
     def __init__(self, client: AiohttpUpstreamClient, request: ChatRequest) -> None:
         self._client = client
         self._request = request
         self._stream: _ChunkStream | None = None
+        self._span: Span | None = None
 
     async def __aenter__(self) -> AsyncIterator[StreamChunk]:
         client, request = self._client, self._request
         body = encode_chat(request, stream=True)
-        resp = await client._post(client._chat_url, body, _SSE)
+        self._span, headers = client._client_span(request, _SSE)
+        try:
+            resp = await client._post(client._chat_url, body, headers)
+        except BaseException as exc:
+            _end_span(self._span, exc)
+            raise
         try:
             await client._check_status(resp)
             if resp.content_type != "text/event-stream":
@@ -199,8 +246,9 @@ class _StreamContext(AbstractAsyncContextManager[AsyncIterator[StreamChunk]]):
                 raise UpstreamProtocolError(
                     f"upstream '{client.name}' answered {resp.content_type}, not an event stream: {message}"
                 )
-        except BaseException:
+        except BaseException as exc:
             resp.close()
+            _end_span(self._span, exc)
             raise
         self._stream = _ChunkStream(client, resp)
         return self._stream
@@ -213,6 +261,7 @@ class _StreamContext(AbstractAsyncContextManager[AsyncIterator[StreamChunk]]):
     ) -> None:
         if self._stream is not None:
             self._stream.close()
+            _end_span(self._span, exc)
 
 
 class _ChunkStream:
