@@ -21,12 +21,13 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.handlers import asgi
 
+import serving
 from adapters.inbound import anthropic, openai
 from adapters.inbound._shared.dialect import EdgeContext, InboundDialect
 from adapters.inbound.operations import operations_routes
+from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import AiohttpUpstreamClient
-from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.otel_tracing import OtelTelemetry, tracing_wanted
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from adapters.outbound.request_log import JsonRequestLog
@@ -109,6 +110,7 @@ def _upstream_clients(
 class Container(containers.DeclarativeContainer):
     config = providers.Dependency(instance_of=Config)
     clock = providers.Singleton(SystemClock)
+    lifecycle = providers.Singleton(serving.Lifecycle)
     http_session = providers.Resource(_http_session, config)
     router = providers.Singleton(
         lambda c: ModelRouter({n: u.models for n, u in c.upstreams.items()}), config
@@ -144,8 +146,8 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
     for dialect in DIALECTS if dialects is None else dialects:
         for route in dialect.routes(context):
             handlers.append(asgi(route.path, copy_scope=False, name=f"{dialect.name}:{route.path}")(route.endpoint))
-    metrics = container.metrics()
-    for route in operations_routes(metrics.render, ready=lambda: True):
+    metrics, lifecycle = container.metrics(), container.lifecycle()
+    for route in operations_routes(metrics.render, ready=lifecycle.ready):
         handlers.append(asgi(route.path, copy_scope=False)(route.endpoint))
 
     @asynccontextmanager
@@ -172,8 +174,6 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     if args.config is None:
         from demo import demo_config
 
@@ -184,15 +184,9 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         app = build_app(config)
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
-                access_log=False, log_level="warning", timeout_keep_alive=75,
-                server_header=False, date_header=False,
-            )
-        )
-        log.info("gateway listening on http://%s:%d", host, port)
-        server.run()
+        container = app.state.container
+        grace = config.server.drain_grace_seconds
+        serving.run(app, host, port, serving.make_drain(container.lifecycle(), container.gate(), grace), grace)
     finally:
         if stop_stubs is not None:
             stop_stubs()

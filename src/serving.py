@@ -1,0 +1,96 @@
+"""Running the app under uvicorn, with a graceful drain on SIGTERM.
+
+Drain, in order (docs/operations.md):
+1. `/readyz` answers 503, so the load balancer stops sending traffic.
+2. The gate admits nothing more: new requests and every queued one get 503 +
+   `Retry-After` in their surface's shape (a `/llm` stream that already sent queue
+   frames gets an in-stream `overloaded_error`).
+3. Admitted requests run to completion, up to `server.drain_grace_seconds`.
+4. uvicorn stops listening, closes idle connections and the process exits 0.
+A second SIGTERM or SIGINT skips the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+log = logging.getLogger("gateway")
+
+
+class Lifecycle:
+    """Readiness, shared by the operations endpoints and the drain."""
+
+    __slots__ = ("draining",)
+
+    def __init__(self) -> None:
+        self.draining = False
+
+    def ready(self) -> bool:
+        return not self.draining
+
+
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server whose first SIGTERM/SIGINT drains instead of stopping at once."""
+
+    def __init__(self, config: uvicorn.Config, drain: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(config)
+        self._drain = drain
+        self._drain_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain_task is not None or self._loop is None or sig not in (signal.SIGTERM, signal.SIGINT):
+            super().handle_exit(sig, frame)  # second signal: stop now
+            return
+        log.info("gateway draining (signal %d)", sig)
+        self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        self._drain_task = asyncio.ensure_future(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        try:
+            await self._drain()
+        finally:
+            self.should_exit = True
+
+
+def make_drain(
+    lifecycle: Lifecycle, gate: Any, grace_seconds: float
+) -> Callable[[], Awaitable[None]]:
+    """The drain sequence for one process: readiness off, gate closed, wait for idle."""
+
+    async def drain() -> None:
+        lifecycle.draining = True
+        gate.drain()
+        idle = await gate.wait_idle(grace_seconds)
+        log.info("gateway drained" if idle else "gateway drain grace period over; stopping anyway")
+
+    return drain
+
+
+def run(app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float) -> None:
+    server = DrainingServer(
+        uvicorn.Config(
+            app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+            access_log=False, log_level="warning", timeout_keep_alive=75,
+            server_header=False, date_header=False,
+            # After the drain, connections still open (uncapped work) get the rest of the grace.
+            timeout_graceful_shutdown=max(1, int(grace_seconds // 2)),
+        ),
+        drain,
+    )
+    log.info("gateway listening on http://%s:%d", host, port)
+    server.run()
