@@ -63,7 +63,10 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         self.body: list[bytes] = []
         self.expect_continue = False
-        self.pending: deque[tuple[bytes, bytes, bytes, bool]] = deque()
+        # (method, path, body, keep-alive, traceparent header) of each parsed request
+        self.pending: deque[tuple[bytes, bytes, bytes, bool, bytes]] = deque()
+        self.traceparent = b""  # of the request being answered
+        self.incoming_traceparent = b""
         self.task: asyncio.Task[None] | None = None
         self.counted = False  # a chat request of this connection is in flight
         self.closed = False
@@ -83,10 +86,10 @@ class HttpProtocol(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             if self.pending:  # no upgrades here: answer over HTTP/1.1, then close
-                method, path, body, _ = self.pending[-1]
-                self.pending[-1] = (method, path, body, False)
+                method, path, body, _, parent = self.pending[-1]
+                self.pending[-1] = (method, path, body, False, parent)
         except httptools.HttpParserError as exc:  # queued, so earlier answers go out first
-            self.pending.append((b"!", str(exc).encode(), b"", False))
+            self.pending.append((b"!", str(exc).encode(), b"", False, b""))
         self.process()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -108,13 +111,17 @@ class HttpProtocol(asyncio.Protocol):
     # -- httptools callbacks ------------------------------------------------------------
     def on_message_begin(self) -> None:
         self.url, self.body, self.expect_continue = b"", [], False
+        self.incoming_traceparent = b""
 
     def on_url(self, url: bytes) -> None:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"expect" and value.lower() == b"100-continue":
+        lowered = name.lower()
+        if lowered == b"expect" and value.lower() == b"100-continue":
             self.expect_continue = True
+        elif lowered == b"traceparent":
+            self.incoming_traceparent = value
 
     def on_headers_complete(self) -> None:
         if self.expect_continue and self.task is None and not self.pending and self.transport:
@@ -126,13 +133,15 @@ class HttpProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         path = self.url.split(b"?", 1)[0]
         method = self.parser.get_method()
-        self.pending.append((method, path, b"".join(self.body), self.parser.should_keep_alive()))
+        self.pending.append(
+            (method, path, b"".join(self.body), self.parser.should_keep_alive(), self.incoming_traceparent)
+        )
 
     # -- request processing -------------------------------------------------------------
     def process(self) -> None:
         """Answer queued requests in order until one needs to wait."""
         while self.pending and self.task is None and not self.closed:
-            method, path, body, keep = self.pending.popleft()
+            method, path, body, keep, self.traceparent = self.pending.popleft()
             if method == b"!":
                 message = f"Invalid HTTP request: {path.decode(errors='replace')}"
                 self.finish(response(400, error_body(400, message), False), False)

@@ -88,7 +88,9 @@ class Stub:
             line = (
                 f"{time.time():.3f} chat start in_flight={self.in_flight} "
                 f"max_concurrent={self.max_concurrent} model={encode(model).decode()} "
-                f"stream={'true' if stream else 'false'}\n"
+                f"stream={'true' if stream else 'false'}"
+                + (f" traceparent={proto.traceparent.decode('latin-1')}" if proto.traceparent else "")
+                + "\n"
             )
             os.write(self.log_fd, line.encode())
 

@@ -56,7 +56,7 @@ class FakeService:
             raise ModelNotFound(model)
         return "up"
 
-    async def complete(self, request: ChatRequest) -> ChatResponse:
+    async def complete(self, request: ChatRequest, record: object = None) -> ChatResponse:
         self.requests.append(request)
         return ChatResponse(
             id="chatcmpl-9",
@@ -67,7 +67,9 @@ class FakeService:
             usage=Usage(input_tokens=3, output_tokens=1),
         )
 
-    async def stream(self, request: ChatRequest, *, report_queue: bool = False) -> AsyncIterator[Any]:
+    async def stream(
+        self, request: ChatRequest, *, report_queue: bool = False, record: object = None
+    ) -> AsyncIterator[Any]:
         assert report_queue
         self.requests.append(request)
         try:

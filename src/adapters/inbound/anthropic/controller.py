@@ -101,7 +101,7 @@ class AnthropicController:
         if request.stream:
             await self._stream(ex, request)
             return
-        response = await self._service.complete(request)
+        response = await self._service.complete(request, record)
         body = encode_message(response, request.model)
         record.input_tokens = response.usage.input_tokens
         record.output_tokens = response.usage.output_tokens
@@ -114,7 +114,7 @@ class AnthropicController:
         The next item is awaited in its own task with a timeout, so that a ping can be
         sent while tokens are slow without cancelling (and so closing) the generator.
         """
-        items = cast(AsyncGenerator[Any, None], self._service.stream(request, report_queue=True))
+        items = cast(AsyncGenerator[Any, None], self._service.stream(request, report_queue=True, record=ex.record))
         machine = AnthropicStream(request.model)
         headers = [(b"request-id", ex.request_id.encode())]
         loop = asyncio.get_running_loop()
