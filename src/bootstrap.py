@@ -182,11 +182,18 @@ def _serve(args: argparse.Namespace) -> int:
         config, stop_stubs = load_config(args.config), None
     host, port = parse_listen(config.server.listen)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    try:
+    grace = config.server.drain_grace_seconds
+
+    def build() -> tuple[Litestar, Any]:
         app = build_app(config)
         container = app.state.container
-        grace = config.server.drain_grace_seconds
-        serving.run(app, host, port, serving.make_drain(container.lifecycle(), container.gate(), grace), grace)
+        return app, serving.make_drain(container.lifecycle(), container.gate(), grace)
+
+    try:
+        if config.server.workers > 1:
+            return serving.run_workers(config.server.workers, host, port, grace, build)
+        app, drain = build()
+        serving.run(app, host, port, drain, grace)
     finally:
         if stop_stubs is not None:
             stop_stubs()

@@ -13,7 +13,9 @@ A second SIGTERM or SIGINT skips the wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -81,16 +83,66 @@ def make_drain(
     return drain
 
 
-def run(app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float) -> None:
-    server = DrainingServer(
-        uvicorn.Config(
-            app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
-            access_log=False, log_level="warning", timeout_keep_alive=75,
-            server_header=False, date_header=False,
-            # After the drain, connections still open (uncapped work) get the rest of the grace.
-            timeout_graceful_shutdown=max(1, int(grace_seconds // 2)),
-        ),
-        drain,
+def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float) -> uvicorn.Config:
+    return uvicorn.Config(
+        app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+        access_log=False, log_level="warning", timeout_keep_alive=75,
+        server_header=False, date_header=False,
+        # After the drain, connections still open (uncapped work) get the rest of the grace.
+        timeout_graceful_shutdown=max(1, int(grace_seconds // 2)),
     )
+
+
+def run(app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float) -> None:
+    """One process: serve until drained."""
+    server = DrainingServer(_uvicorn_config(app, host, port, grace_seconds), drain)
     log.info("gateway listening on http://%s:%d", host, port)
     server.run()
+
+
+def run_workers(
+    workers: int, host: str, port: int, grace_seconds: float,
+    build: Callable[[], tuple[Any, Callable[[], Awaitable[None]]]],
+) -> int:
+    """Several processes on one listening socket (only with a shared admission ledger).
+
+    The parent binds the socket, forks the workers before any event loop exists, and
+    forwards SIGTERM/SIGINT to them; each worker builds its own app (its own client
+    session, gate connection and metrics) and drains on its own. Exit status is 0 when
+    every worker exited 0.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    children: list[int] = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:  # worker
+            code = 0
+            try:
+                app, drain = build()
+                DrainingServer(_uvicorn_config(app, host, port, grace_seconds), drain).run(sockets=[sock])
+            except BaseException:
+                log.exception("worker failed")
+                code = 1
+            finally:
+                os._exit(code)
+        children.append(pid)
+    log.info("gateway listening on http://%s:%d with %d workers", host, port, workers)
+
+    def forward(sig: int, _: FrameType | None) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, sig)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    for child in children:
+        _, code = os.waitpid(child, 0)
+        status = status or int(os.waitstatus_to_exitcode(code) != 0)
+    sock.close()
+    return status
