@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 
 import aiohttp
-
 from tests.support.processes import Processes, upstream_toml
 
 STREAM_LLM = {"model": "reasoning", "max_tokens": 16, "stream": True,
@@ -57,10 +55,7 @@ async def test_sigterm_mid_stream_drains(procs: Processes) -> None:
         body = await admitted_body
         assert "event: message_stop" in body and "event: error" not in body
 
-    deadline = time.monotonic() + 15
-    while gateway.popen.poll() is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert gateway.popen.returncode == 0, gateway.text()
+    assert await asyncio.to_thread(gateway.popen.wait, 15) == 0, gateway.text()
 
 
 async def test_readyz_is_ready_before_drain(procs: Processes) -> None:
@@ -78,7 +73,8 @@ async def _wait_queue(http: aiohttp.ClientSession, url: str, depth: int) -> None
     for _ in range(200):
         text = await (await http.get(f"{url}/metrics")).text()
         for line in text.splitlines():
-            if line.startswith('gateway_upstream_queue_depth{upstream="reasoning"}') and float(line.split()[-1]) >= depth:
+            name, _, value = line.rpartition(" ")
+            if name == 'gateway_upstream_queue_depth{upstream="reasoning"}' and float(value) >= depth:
                 return
         await asyncio.sleep(0.05)
     raise AssertionError("queue did not fill")

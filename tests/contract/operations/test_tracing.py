@@ -11,7 +11,6 @@ import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
-
 from tests.support.processes import Processes, upstream_toml
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

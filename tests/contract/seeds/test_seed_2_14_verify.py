@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from tests.support.processes import Processes, upstream_toml
 from tests.support.seeds import seed_gateway_port, seed_shell
 

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from tests.support.processes import Processes, upstream_toml
 from tests.support.seeds import seed_gateway_port, seed_shell
 

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from domain.errors import InvalidRequest, PayloadTooLarge
+from domain.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 from domain.records import RequestRecord
 
 Headers = list[tuple[bytes, bytes]]
@@ -28,8 +28,21 @@ class ClientGone(Exception):
 
 class Exchange:
     __slots__ = (
-        "scope", "_receive", "_send", "request_id", "started", "finished", "status",
-        "record", "_watcher", "_task", "gone", "_cancelled", "_t0", "cors_headers",
+        "_cancelled",
+        "_receive",
+        "_send",
+        "_t0",
+        "_task",
+        "_watcher",
+        "cors_headers",
+        "finished",
+        "gone",
+        "header_bytes",
+        "record",
+        "request_id",
+        "scope",
+        "started",
+        "status",
     )
 
     def __init__(self, scope: Scope, receive: Any, send: Any, surface: str, route: str) -> None:
@@ -45,7 +58,15 @@ class Exchange:
         self._task: asyncio.Task[Any] | None = None
         self._t0 = time.perf_counter()
         self.cors_headers: Headers = []
-        self.request_id = self._incoming_request_id() or uuid.uuid4().hex
+        # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        incoming: bytes | None = None
+        for key, value in scope["headers"]:
+            size += len(key) + len(value)
+            if key == b"x-request-id" and incoming is None:
+                incoming = value
+        self.header_bytes = size
+        self.request_id = _usable_request_id(incoming) or uuid.uuid4().hex
         self.record = RequestRecord(
             request_id=self.request_id, surface=surface, route=route,
             method=scope.get("method", "GET"), status=0, duration_seconds=0.0,
@@ -59,21 +80,27 @@ class Exchange:
                 return value  # type: ignore[no-any-return]
         return None
 
-    def _incoming_request_id(self) -> str | None:
-        value = self.header(b"x-request-id")
-        if value and len(value) <= 128 and value.isascii():
-            text = value.decode("ascii")
-            if text.isprintable():
-                return text
-        return None
+    async def read_body(self, limit: int, timeout: float | None = None) -> bytes:
+        """The whole body, at most `limit` bytes, received within `timeout` seconds.
 
-    async def read_body(self, limit: int) -> bytes:
+        The timer bounds slow or stuck clients (slowloris); its cost is one loop timer,
+        and a body already buffered by the server (the usual case) arrives at once.
+        """
         declared = self.header(b"content-length")
         if declared is not None:
             if not declared.isdigit():
                 raise InvalidRequest("Content-Length is not a number.")
             if int(declared) > limit:
                 raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+        if timeout is None:
+            return await self._read_body(limit)
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._read_body(limit)
+        except TimeoutError:
+            raise RequestTimeout(f"The request body was not received within {timeout:g} seconds.") from None
+
+    async def _read_body(self, limit: int) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -167,3 +194,12 @@ class Exchange:
         record.client_gone = self.gone
         record.duration_seconds = self.elapsed()
         return record
+
+
+def _usable_request_id(value: bytes | None) -> str | None:
+    """A client's x-request-id when it is printable ASCII of at most 128 characters."""
+    if value and len(value) <= 128 and value.isascii():
+        text = value.decode("ascii")
+        if text.isprintable():
+            return text
+    return None
