@@ -23,7 +23,8 @@ def free_port() -> int:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    # Tests say which telemetry they want: none leaks in from the caller's environment.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -79,11 +80,14 @@ class Processes:
         self.procs: list[Proc] = []
         self._n = 0
 
-    def _spawn(self, name: str, argv: list[str], port: int, health: str) -> Proc:
+    def _spawn(self, name: str, argv: list[str], port: int, health: str,
+               env: dict[str, str] | None = None) -> Proc:
         self._n += 1
         output = self.workdir / f"{self._n:02d}-{name}.out"
         handle = output.open("wb")
-        popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
+        popen = subprocess.Popen(
+            argv, stdout=handle, stderr=subprocess.STDOUT, env={**_env(), **(env or {})}, cwd=ROOT
+        )
         handle.close()
         proc = Proc(popen, port, output)
         self.procs.append(proc)
@@ -99,14 +103,20 @@ class Processes:
         proc.extra["log"] = log
         return proc
 
-    def gateway(self, toml: str, *, port: int | None = None) -> Proc:
-        """Start `gateway serve` on a config whose [server] listen is filled in here."""
+    def gateway(self, toml: str, *, port: int | None = None, server_extra: str = "",
+                launcher: list[str] | None = None, env: dict[str, str] | None = None) -> Proc:
+        """Start `gateway serve` on a config whose [server] listen is filled in here.
+
+        `server_extra` is more `[server]` keys (TOML lines); `launcher` replaces the
+        `gateway serve` command line (it is given `--config PATH`).
+        """
         port = port or free_port()
         self._n += 1
         config = self.workdir / f"gateway-{self._n}.toml"
-        config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n' + toml)
-        argv = [sys.executable, "-m", "bootstrap", "serve", "--config", str(config)]
-        proc = self._spawn("gateway", argv, port, "/healthz")
+        config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml)
+        command = launcher or [sys.executable, "-m", "bootstrap", "serve"]
+        argv = [*command, "--config", str(config)]
+        proc = self._spawn("gateway", argv, port, "/healthz", env)
         proc.extra["config"] = config
         return proc
 
