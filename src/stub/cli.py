@@ -10,7 +10,18 @@ import argparse
 import math
 import sys
 
+from stub.faults import KINDS, RANDOM
 from stub.server import StubConfig, run_server
+
+FAULT_HELP = (
+    "inject a failure into chat answers: reset-before-headers (TCP reset, no answer), "
+    "reset-mid-stream (part of the answer, then a reset), stall-before-headers (no answer until "
+    "the client leaves), stall-mid-stream (part of the answer, then silence), malformed-sse "
+    "(a non-JSON data: frame mid-stream; non-stream: a non-JSON body), http-4xx (400 in vLLM's "
+    "error shape: context length exceeded), http-5xx (500 in vLLM's shape), truncated (the stream "
+    "ends without finish_reason and [DONE]; non-stream: no finish_reason), or random (one of "
+    "these per faulty request)"
+)
 
 
 def _non_negative(text: str) -> float:
@@ -77,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help="fraction of chat requests answered at once with HTTP 500",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the --error-rate draws (default 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the --error-rate and --fault draws (default 0)")  # fmt: skip
     parser.add_argument(
         "--log",
         metavar="PATH",
@@ -93,13 +105,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--chunk-delay", type=_non_negative, default=0.0, metavar="SECONDS",
                         help="delay between stream chunks (default 0)")  # fmt: skip
+    parser.add_argument("--fault", choices=(*KINDS, RANDOM), default=None, metavar="KIND", help=FAULT_HELP)
+    parser.add_argument("--fault-rate", type=_fraction, default=None, metavar="P",
+                        help="fraction of chat requests given the --fault (default 1 when --fault is set)")  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> StubConfig:
     models = tuple(m.strip() for m in (args.models or "").split(",") if m.strip())
+    rate = 1.0 if args.fault_rate is None else args.fault_rate
+    if args.fault is None and args.fault_rate is not None:
+        raise SystemExit("stub: --fault-rate needs --fault KIND")
     return StubConfig(hold=args.hold, tokens=args.tokens, reasoning=args.reasoning,
                       error_rate=args.error_rate, seed=args.seed, log_path=args.log,
-                      models=models, chunk_delay=args.chunk_delay)  # fmt: skip
+                      models=models, chunk_delay=args.chunk_delay,
+                      fault=args.fault, fault_rate=rate)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import struct
 import traceback
 from collections import deque
 from typing import Protocol, cast
@@ -100,6 +101,11 @@ class HttpProtocol(asyncio.Protocol):
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
 
+    def eof_received(self) -> bool | None:
+        """The client closed its side: gone, like a reset (release at once, then close)."""
+        self.stub.release(self)
+        return None
+
     def pause_writing(self) -> None:
         self.paused = True
 
@@ -171,6 +177,17 @@ class HttpProtocol(asyncio.Protocol):
         if not keep_alive and self.transport is not None:
             self.pending.clear()
             self.transport.close()
+
+    def reset(self) -> None:
+        """Abort the connection with a TCP RST (SO_LINGER 0): an upstream crash, not a close."""
+        if self.closed or self.transport is None:
+            return
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.pending.clear()
+        self.transport.abort()
 
     async def drain(self) -> None:
         """Wait while the transport's buffer is above its high-water mark."""

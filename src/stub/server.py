@@ -14,12 +14,15 @@ import os
 import random
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from stub.answers import Answer, build_answer, completion_body, stream_frames
 from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
+from stub.faults import HTTP_FAULTS, FaultPicker, answer_fault, http_fault, stream_fault
 from stub.schema import CHAT_DECODER, ChatRequest, encode, error_body, tokenize_body
 
 
@@ -35,6 +38,8 @@ class StubConfig:
     log_path: str | None = None
     models: tuple[str, ...] = ()
     chunk_delay: float = 0.0
+    fault: str | None = None  # a kind of stub.faults.KINDS, or "random"
+    fault_rate: float = 1.0
 
 
 class Rejected(Exception):
@@ -51,6 +56,7 @@ class Stub:
     def __init__(self, config: StubConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
+        self.faults = FaultPicker(config.fault, config.fault_rate, self.rng) if config.fault else None
         self.in_flight = 0
         self.max_concurrent = 0
         self.counter = 0
@@ -79,8 +85,8 @@ class Stub:
             os.close(self.log_fd)
             self.log_fd = None
 
-    def start(self, proto: HttpProtocol, model: str, stream: bool) -> None:
-        """Count a started chat request and log its line."""
+    def start(self, proto: HttpProtocol, model: str, stream: bool, fault: str | None = None) -> None:
+        """Count a started chat request and log its line (with ``fault=KIND`` when one is injected)."""
         proto.counted = True
         self.in_flight += 1
         self.max_concurrent = max(self.max_concurrent, self.in_flight)
@@ -90,6 +96,7 @@ class Stub:
                 f"max_concurrent={self.max_concurrent} model={encode(model).decode()} "
                 f"stream={'true' if stream else 'false'}"
                 + (f" traceparent={proto.traceparent.decode('latin-1')}" if proto.traceparent else "")
+                + (f" fault={fault}" if fault else "")
                 + "\n"
             )
             os.write(self.log_fd, line.encode())
@@ -144,51 +151,90 @@ class Stub:
         except Rejected as exc:
             proto.finish(response(exc.status, error_body(exc.status, exc.message), keep), keep)
             return None
+        if self.faults is not None:  # the only cost of fault injection without --fault
+            fault = self.faults.draw()
+            if fault is not None:
+                return self._fault(proto, req, answer, keep, fault)
         cfg = self.config
-        self.counter += 1
-        rid = f"chatcmpl-{self.prefix}{self.counter:08x}"
-        call_id = f"chatcmpl-tool-{self.prefix}{self.counter:08x}"
-        created = int(time.time())
-        self.start(proto, req.model, bool(req.stream))
+        rid, call_id, created = self._ids()
         if req.stream:
             usage = bool(req.stream_options and req.stream_options.include_usage)
             frames = stream_frames(answer, rid, created, req.model, call_id, usage)
             head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
             if not cfg.hold and not cfg.chunk_delay:
+                self.start(proto, req.model, True)
                 self.release(proto)
                 proto.finish(head + chunked(frames) + CHUNKED_END, keep)
                 return None
-            return asyncio.get_running_loop().create_task(self._stream_later(proto, head, frames, keep))
+            return self._later(proto, req.model, True, None, self._stream_later, proto, head, frames, keep)
         payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
         if not cfg.hold:
+            self.start(proto, req.model, False)
             self.release(proto)
             proto.finish(payload, keep)
             return None
-        return asyncio.get_running_loop().create_task(self._answer_later(proto, payload, keep))
+        return self._later(proto, req.model, False, None, self._answer_later, proto, payload, keep)
+
+    def _ids(self) -> tuple[str, str, int]:
+        """(completion id, tool call id, created) of the next answer."""
+        self.counter += 1
+        suffix = f"{self.prefix}{self.counter:08x}"
+        return f"chatcmpl-{suffix}", f"chatcmpl-tool-{suffix}", int(time.time())
+
+    def _later(
+        self, proto: HttpProtocol, model: str, stream: bool, fault: str | None,
+        play: Callable[..., Awaitable[None]], *args: Any,
+    ) -> asyncio.Task[None]:
+        """A task answering later: counted in flight from its first step until it ends.
+
+        Counting on the task's first step, not now, lets a connection loss seen in the same
+        I/O batch (its callback was scheduled first) be counted first: a client that aborts
+        one request and sends the next at once never shows both in flight.
+        """
+
+        async def run() -> None:
+            self.start(proto, model, stream, fault)
+            try:
+                await play(*args)
+            finally:
+                self.release(proto)
+
+        return asyncio.get_running_loop().create_task(run())
+
+    def _fault(
+        self, proto: HttpProtocol, req: ChatRequest, answer: Answer, keep: bool, fault: str
+    ) -> asyncio.Task[None] | None:
+        """Answer with an injected fault (see ``stub.faults``)."""
+        if fault in HTTP_FAULTS:  # refused before it starts, like --error-rate: never in flight
+            proto.finish(http_fault(fault, keep), keep)
+            return None
+        hold = self.config.hold
+        rid, call_id, created = self._ids()
+        if req.stream:
+            usage = bool(req.stream_options and req.stream_options.include_usage)
+            frames = stream_frames(answer, rid, created, req.model, call_id, usage)
+            head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
+            return self._later(proto, req.model, True, fault, stream_fault, proto, fault, head, frames, keep, hold)
+        payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
+        return self._later(proto, req.model, False, fault, answer_fault, proto, fault, payload, keep, hold)
 
     async def _answer_later(self, proto: HttpProtocol, payload: bytes, keep: bool) -> None:
-        try:
-            await asyncio.sleep(self.config.hold)
-            proto.finish(payload, keep)
-        finally:
-            self.release(proto)
+        await asyncio.sleep(self.config.hold)
+        proto.finish(payload, keep)
 
     async def _stream_later(self, proto: HttpProtocol, head: bytes, frames: list[bytes], keep: bool) -> None:
-        try:
-            if self.config.hold:
-                await asyncio.sleep(self.config.hold)
-            delay = self.config.chunk_delay
-            if not delay:
-                proto.write(head + chunked(frames))
-            else:
-                proto.write(head + chunked(frames[:1]))
-                for frame in frames[1:]:
-                    await asyncio.sleep(delay)
-                    await proto.drain()
-                    proto.write(chunked([frame]))
-            proto.finish(CHUNKED_END, keep)
-        finally:
-            self.release(proto)
+        if self.config.hold:
+            await asyncio.sleep(self.config.hold)
+        delay = self.config.chunk_delay
+        if not delay:
+            proto.write(head + chunked(frames))
+        else:
+            proto.write(head + chunked(frames[:1]))
+            for frame in frames[1:]:
+                await asyncio.sleep(delay)
+                await proto.drain()
+                proto.write(chunked([frame]))
+        proto.finish(CHUNKED_END, keep)
 
 
 async def serve(config: StubConfig, host: str, port: int) -> None:

@@ -1,0 +1,142 @@
+"""Fault injection for the stub upstream (`--fault KIND`, `--fault-rate P`).
+
+Each kind imitates a way a vLLM server (or the network in front of it) fails:
+
+- ``reset-before-headers``: the connection is reset (TCP RST) without an answer.
+- ``reset-mid-stream``: part of the answer (stream: the first frames; non-stream: the
+  headers and part of the body), then a reset.
+- ``stall-before-headers``: no answer at all until the client leaves.
+- ``stall-mid-stream``: part of the answer, then nothing until the client leaves.
+- ``malformed-sse``: stream: a ``data:`` frame that is not JSON among good frames;
+  non-stream: a 200 whose body is not JSON.
+- ``http-4xx``: 400 in vLLM's nested error shape (a context-length overflow).
+- ``http-5xx``: 500 in vLLM's error shape (like ``--error-rate``).
+- ``truncated``: stream: the body ends cleanly but without the finish chunk and without
+  ``[DONE]``; non-stream: a complete JSON answer whose choice has no finish_reason.
+
+``random`` picks one kind per faulty request. The draws use the stub's seeded RNG, so a
+given ``--seed`` and request order give the same faults. Stalls are bounded by
+``STALL_LIMIT`` seconds (then the connection is reset). Everything here is off the fast
+path: a stub without ``--fault`` never reaches this module per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import msgspec
+
+from stub.connection import CHUNKED_END, HttpProtocol, chunked, response
+from stub.schema import error_body
+
+KINDS = (
+    "reset-before-headers",
+    "reset-mid-stream",
+    "stall-before-headers",
+    "stall-mid-stream",
+    "malformed-sse",
+    "http-4xx",
+    "http-5xx",
+    "truncated",
+)
+RANDOM = "random"
+HTTP_FAULTS = ("http-4xx", "http-5xx")
+STALL_LIMIT = 300.0  # a stalled answer gives up (reset) after this long at the latest
+GAP = 0.05  # after a partial answer, before the reset: the client reads what it got first
+GARBAGE_FRAME = b'data: {"id": "chatcmpl-broken", "choices": [{"delta": {"content": "\n\n'
+GARBAGE_BODY = b'{"id": "chatcmpl-broken", "object": "chat.completion", "choices": [{"index": 0,'
+CONTEXT_MESSAGE = (
+    "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens "
+    "(8000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion."
+)
+
+
+class FaultPicker:
+    """Decides, per chat request, whether and which fault to inject."""
+
+    __slots__ = ("kind", "rate", "rng")
+
+    def __init__(self, kind: str, rate: float, rng: random.Random) -> None:
+        if kind != RANDOM and kind not in KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}")
+        self.kind, self.rate, self.rng = kind, rate, rng
+
+    def draw(self) -> str | None:
+        if self.rate < 1.0 and self.rng.random() >= self.rate:
+            return None
+        return self.rng.choice(KINDS) if self.kind == RANDOM else self.kind
+
+
+def http_fault(kind: str, keep: bool) -> bytes:
+    """The full error response of an ``http-4xx`` / ``http-5xx`` fault."""
+    if kind == "http-4xx":
+        return response(400, error_body(400, CONTEXT_MESSAGE), keep)
+    return response(500, error_body(500, "Injected failure (stub --fault http-5xx)."), keep)
+
+
+async def _stall(proto: HttpProtocol) -> None:
+    """Send nothing more; the client's hang-up cancels this (bounded by STALL_LIMIT)."""
+    await asyncio.sleep(STALL_LIMIT)
+    proto.reset()
+
+
+async def _reset_after_gap(proto: HttpProtocol) -> None:
+    await asyncio.sleep(GAP)
+    proto.reset()
+
+
+def _open_frames(frames: list[bytes]) -> int:
+    """How many leading frames come before the finish chunk (role, reasoning, content, tools)."""
+    for i, frame in enumerate(frames):
+        if b'"finish_reason":null' not in frame:
+            return i
+    return len(frames)
+
+
+async def stream_fault(
+    proto: HttpProtocol, kind: str, head: bytes, frames: list[bytes], keep: bool, hold: float
+) -> None:
+    """Play a fault on a streamed answer (``head`` is the status line and headers)."""
+    if hold:
+        await asyncio.sleep(hold)
+    if kind == "reset-before-headers":
+        proto.reset()
+        return
+    if kind == "stall-before-headers":
+        await _stall(proto)
+        return
+    opened = _open_frames(frames)
+    some = max(1, opened // 2)  # the role chunk and about half the content: the 200 is out
+    if kind == "truncated":
+        proto.finish(head + chunked(frames[:opened]) + CHUNKED_END, keep)
+        return
+    if kind == "malformed-sse":
+        proto.finish(head + chunked([*frames[:some], GARBAGE_FRAME, *frames[some:]]) + CHUNKED_END, keep)
+        return
+    proto.write(head + chunked(frames[:some]))
+    await (_stall(proto) if kind == "stall-mid-stream" else _reset_after_gap(proto))
+
+
+async def answer_fault(proto: HttpProtocol, kind: str, payload: bytes, keep: bool, hold: float) -> None:
+    """Play a fault on a non-streamed answer (``payload`` is the full 200 response)."""
+    if hold:
+        await asyncio.sleep(hold)
+    if kind == "reset-before-headers":
+        proto.reset()
+        return
+    if kind == "stall-before-headers":
+        await _stall(proto)
+        return
+    head, _, body = payload.partition(b"\r\n\r\n")
+    if kind == "malformed-sse":
+        proto.finish(response(200, GARBAGE_BODY, keep), keep)
+        return
+    if kind == "truncated":
+        doc = msgspec.json.decode(body)
+        for choice in doc.get("choices", ()):
+            choice["finish_reason"] = None
+        proto.finish(response(200, msgspec.json.encode(doc), keep), keep)
+        return
+    proto.write(head + b"\r\n\r\n" + body[: len(body) // 2])  # Content-Length promises the whole
+    await (_stall(proto) if kind == "stall-mid-stream" else _reset_after_gap(proto))
