@@ -7,16 +7,43 @@ the slot back on every path) happens here, once, for all of them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from typing import TypeVar
 
 from domain.canonical import ChatRequest, ChatResponse, QueuePosition, StreamChunk
-from domain.errors import GatewayError
+from domain.errors import AdmissionUnavailable, GatewayError
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
 from ports.admission import AdmissionGate, QueueTicket, SlotLease
 from ports.clock import Clock
 from ports.telemetry import NullTracer, Span, Tracer
 from ports.upstream import UpstreamClient
+
+T = TypeVar("T")
+
+
+_LEASE_LOST_MESSAGE = "This request's slot was reclaimed by the shared admission ledger; retry."
+
+
+async def _unless_lost(call: Awaitable[T], lost: asyncio.Event) -> T:
+    """Run `call`, aborting it if the slot lease is lost meanwhile.
+
+    A process fenced by the shared ledger (its heartbeat lapsed, its slots were handed
+    to others) must stop using them at once, or the cap would be exceeded silently.
+    """
+    work = asyncio.ensure_future(call)
+    watch = asyncio.ensure_future(lost.wait())
+    try:
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+    if work.cancelled() and lost.is_set():
+        raise AdmissionUnavailable(1, _LEASE_LOST_MESSAGE)
+    return work.result()
 
 
 class ChatService:
@@ -56,7 +83,9 @@ class ChatService:
         upstream = self._route(request, record)
         lease = await self._admit_quietly(upstream, record)
         try:
-            return await self._upstreams[upstream].complete(request)
+            call = self._upstreams[upstream].complete(request)
+            lost = getattr(lease, "lost", None)  # only a shared ledger can lose a lease (fencing)
+            return await (call if lost is None else _unless_lost(call, lost))
         finally:
             await lease.release()
 
@@ -94,9 +123,12 @@ class ChatService:
         else:
             lease = entry  # type: ignore[assignment]
             self._admitted(span, started, record, None, "admitted")
+        lost = getattr(lease, "lost", None)  # only a shared ledger can lose a lease (fencing)
         try:
             async with self._upstreams[upstream].open_stream(request) as chunks:
                 async for chunk in chunks:
+                    if lost is not None and lost.is_set():
+                        raise AdmissionUnavailable(1, _LEASE_LOST_MESSAGE)
                     yield chunk
         finally:
             await lease.release()

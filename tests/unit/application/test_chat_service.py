@@ -19,7 +19,7 @@ from domain.canonical import (
     StreamChunk,
     TextDelta,
 )
-from domain.errors import ModelNotFound, QueueFull, UpstreamError
+from domain.errors import AdmissionUnavailable, ModelNotFound, QueueFull, UpstreamError
 from domain.routing import ModelRouter
 from ports.admission import GateSnapshot
 
@@ -243,3 +243,37 @@ async def test_queue_full_is_raised_before_any_item() -> None:
     with pytest.raises(QueueFull) as info:
         await anext(service(gate, FakeUpstream()).stream(request(True), report_queue=True))
     assert info.value.retry_after == 2
+
+
+class FencedGate(FakeGate):
+    """A shared-ledger gate whose leases carry a `lost` event (set when fenced)."""
+
+    def __init__(self) -> None:
+        super().__init__(free=1)
+        self.lost = asyncio.Event()
+
+    async def enter(self, upstream: str) -> FakeLease | FakeTicket:
+        lease = await super().enter(upstream)
+        lease.lost = self.lost  # type: ignore[union-attr]
+        return lease
+
+
+async def test_complete_is_aborted_when_the_lease_is_lost() -> None:
+    gate = FencedGate()
+    upstream = FakeUpstream(hang=True)
+    task = asyncio.create_task(service(gate, upstream).complete(request()))
+    await asyncio.sleep(0.01)
+    gate.lost.set()
+    with pytest.raises(AdmissionUnavailable):
+        await task
+    assert gate.in_use == 0
+
+
+async def test_stream_stops_when_the_lease_is_lost() -> None:
+    gate = FencedGate()
+    stream = service(gate, FakeUpstream(CHUNKS)).stream(request(True))
+    assert await anext(stream) == CHUNKS[0]
+    gate.lost.set()
+    with pytest.raises(AdmissionUnavailable):
+        await anext(stream)
+    assert gate.in_use == 0

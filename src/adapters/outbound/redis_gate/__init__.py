@@ -1,0 +1,27 @@
+"""Shared admission ledger on Redis: one cap and one FIFO queue per upstream for ALL
+gateway processes and pods (the in-memory gate is only correct inside one process).
+
+Data layout, for `key_prefix` P (default "gateway") and upstream key U (the config
+table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a slot:
+
+    P:{U}:seq        STRING  INCR counter: arrival sequence numbers (FIFO order)
+    P:{U}:queue      ZSET    token -> sequence number; position = ZRANK + 1, O(log n)
+    P:{U}:deadlines  ZSET    token -> queue deadline (ms, Redis server time)
+    P:{U}:waiters    HASH    token -> owner, for queued tokens
+    P:{U}:slots      HASH    token -> owner, for granted slots; HLEN = slots in use
+    P:{U}:owners     ZSET    owner -> heartbeat lease expiry (ms, Redis server time)
+    P:{U}:wake       pub/sub channel: space-separated tokens just promoted to a slot
+
+A token is "<process tag>.<n>", unique per request; an owner is
+"<host>:<pid>:<process tag>:g<generation>" and changes when the process is fenced.
+
+Every change is one Lua script (see `scripts.py`), and each first reclaims expired
+owners, expires lapsed queue entries and promotes the queue head into free slots, so a
+freed slot always goes to the longest waiter of any process. See docs/redis-ledger.md
+for the failure model, fencing, lease sizing and the wake-up latency bound.
+"""
+
+from adapters.outbound.redis_gate.gate import RedisAdmissionGate
+from adapters.outbound.redis_gate.tickets import OpenLease, RedisLease, RedisTicket
+
+__all__ = ["OpenLease", "RedisAdmissionGate", "RedisLease", "RedisTicket"]

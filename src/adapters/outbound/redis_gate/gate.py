@@ -1,0 +1,188 @@
+"""`RedisAdmissionGate`: one cap and one FIFO queue per upstream shared by every process.
+
+The layout, the scripts and the failure model are described in the package docstring
+and in docs/redis-ledger.md; the plumbing lives in `ledger.py`, the loops in
+`background.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from adapters.outbound.redis_gate import background, scripts
+from adapters.outbound.redis_gate.background import REDIS_DOWN
+from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream, log
+from adapters.outbound.redis_gate.tickets import DRAINED, OpenLease, RedisLease, RedisTicket
+from domain.errors import AdmissionUnavailable, Draining, QueueFull
+from ports.admission import GateSnapshot
+
+
+class RedisAdmissionGate(LedgerCore):
+    """`ports.admission.AdmissionGate` on Redis: correct across processes and pods.
+
+    Same public surface as `InMemoryAdmissionGate` (`enter`, `snapshot`, `upstreams`,
+    `counters`, `drain`, `wait_idle`) plus `start`/`close` for the app lifespan; the
+    constructor (in `LedgerCore`) takes the policies and clock first, like it does.
+    `on_fenced(reason, lost)` is called when this process finds out its heartbeat lease
+    expired: every lease it held has its `lost` event set by then.
+    """
+
+    # -- lifespan ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register this process and start heartbeat, pub/sub listener and refresher.
+
+        Never fails because Redis is down: capped upstreams answer `AdmissionUnavailable`
+        until it is back, and the loops keep retrying.
+        """
+        if not self._capped or self._loops:
+            return
+        try:
+            await self._register()
+        except REDIS_DOWN as error:
+            log.warning("redis admission: cannot register at start (%s); retrying", error)
+        self._loops = [
+            asyncio.create_task(background.heartbeat_loop(self), name="redis-gate-heartbeat"),
+            asyncio.create_task(background.listen_loop(self), name="redis-gate-listener"),
+            asyncio.create_task(background.refresh_loop(self), name="redis-gate-refresh"),
+        ]
+        try:
+            async with asyncio.timeout(1.0):
+                await self._subscribed.wait()
+        except TimeoutError:
+            pass
+
+    async def close(self, *, give_back: bool = True) -> None:
+        """Stop the loops, give back whatever this process still holds, close Redis.
+
+        `give_back=False` leaves this process's entries to expire with its lease, which
+        is exactly what the other processes see when it crashes (used by the tests).
+        """
+        self._closed = True  # the loops also check it: a swallowed cancel cannot keep one alive
+        for task in self._loops:
+            task.cancel()
+        if self._loops:
+            await asyncio.wait(self._loops, timeout=max(3.0, self._lease / 3 + 1.0))
+        self._loops = []
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=2.0)
+        if self._registered and give_back:
+            try:
+                await self._pipeline("purge", self._owner)
+            except REDIS_DOWN as error:
+                log.warning("redis admission: purge at close failed (%s)", error)
+        await self._redis.aclose()
+
+    # -- the port ----------------------------------------------------------------------
+
+    async def enter(self, upstream: str) -> RedisLease | OpenLease | RedisTicket:
+        if self._draining:
+            self._ups[upstream].counts["rejected_draining"] += 1
+            raise Draining(1)
+        up = self._ups[upstream]
+        if up.policy is None:
+            up.open += 1
+            up.counts["admitted"] += 1
+            return OpenLease(self, up)
+        if self._closed:
+            raise AdmissionUnavailable(1)
+        task = asyncio.ensure_future(self._enter(up, f"{self._tag}.{next(self._tokens)}"))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:  # hung up mid-call: undo whatever the script did
+            task.add_done_callback(self._undo_enter)
+            raise
+
+    def snapshot(self, upstream: str) -> GateSnapshot:
+        up = self._ups[upstream]
+        if up.policy is None:
+            return GateSnapshot(in_use=up.open, queued=0, limit=None, queue_limit=None)
+        in_use, queued = up.cache
+        return GateSnapshot(
+            in_use=in_use, queued=queued, limit=up.policy.max_in_flight,
+            queue_limit=up.policy.queue_depth,
+        )
+
+    def upstreams(self) -> list[str]:
+        return list(self._ups)
+
+    def counters(self, upstream: str) -> dict[str, int]:
+        """This process's cumulative outcomes: the in-memory gate's keys plus
+        unavailable (Redis unreachable), lost (leases/tickets lost to fencing) and
+        reclaimed (entries of dead owners this process reclaimed)."""
+        return dict(self._ups[upstream].counts)
+
+    def drain(self) -> None:
+        """Admit nothing more here; fail this process's queued waiters with `Draining`.
+
+        Other processes keep admitting; leases already granted run on as usual.
+        """
+        self._draining = True
+        for ticket in list(self._tickets.values()):
+            ticket.up.counts["drained"] += 1
+            ticket._end(DRAINED)
+            self._spawn(self._forget(ticket.up, ticket.token, ticket.owner))
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until this process holds no lease; False if `timeout` passes first."""
+        if self._is_idle():
+            return True
+        event = self._idle
+        if event is None:
+            event = self._idle = asyncio.Event()
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return self._is_idle()
+        return True
+
+    # -- enter and its tickets ---------------------------------------------------------
+
+    async def _enter(self, up: Upstream, token: str) -> RedisLease | RedisTicket:
+        policy = up.policy
+        assert policy is not None
+        deadline = self._clock.now() + policy.queue_timeout_seconds
+        args = (token, policy.queue_depth, int(policy.queue_timeout_seconds * 1000))
+        owner = self._owner
+        try:
+            if not self._registered:
+                await self._register()
+                owner = self._owner
+            code, value = await self._call(up, "enter", owner, *args)
+            if code == scripts.FENCED:
+                self._fence("enter found this process's lease expired", owner)
+                await self._register()
+                owner = self._owner
+                code, value = await self._call(up, "enter", owner, *args)
+        except REDIS_DOWN as error:
+            up.counts["unavailable"] += 1
+            self._pending[token] = (up, owner)  # the script may have run: undo it later
+            log.warning("redis admission: enter on %s failed: %s", up.key, error)
+            raise AdmissionUnavailable(1) from error
+        if owner != self._owner and code in (scripts.ADMITTED, scripts.QUEUED):
+            up.counts["lost"] += 1  # fenced while the call was in flight: the old owner's
+            raise AdmissionUnavailable(1)  # entries are purged, this one with them
+        if code == scripts.ADMITTED:
+            return self._new_lease(up, token, owner)
+        if code == scripts.QUEUED:
+            if self._draining:
+                up.counts["rejected_draining"] += 1
+                self._spawn(self._forget(up, token, owner))
+                raise Draining(1)
+            up.counts["queued"] += 1
+            ticket = RedisTicket(self, up, token, owner, deadline, value)
+            self._tickets[token] = ticket
+            if self._early.pop(token, 0) is None:  # promoted before we knew the token
+                ticket._grant()
+            return ticket
+        if code == scripts.REJECTED:
+            up.counts["rejected_full"] += 1
+            raise QueueFull(up.retry_after(up.cache[1]))
+        raise AdmissionUnavailable(1)  # fenced again right after registering
+
+    def _undo_enter(self, task: asyncio.Task[RedisLease | RedisTicket]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return  # nothing granted (a failed call left its token in `_pending`)
+        entry = task.result()
+        self._spawn(entry.cancel() if isinstance(entry, RedisTicket) else entry.release())

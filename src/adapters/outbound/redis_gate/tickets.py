@@ -1,0 +1,197 @@
+"""The local halves of Redis ledger entries: leases (slots) and queue tickets.
+
+Redis is the source of truth; these objects only remember what this process learnt and
+hold the asyncio future a waiter sleeps on. A ticket's life ends exactly once, locally,
+through `_grant` or `_end`, whichever of the pub/sub listener, the waiter's own poll,
+its deadline, `drain` or fencing gets there first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from domain.errors import AdmissionUnavailable, Draining, QueueTimeout
+
+if TYPE_CHECKING:
+    from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream
+
+# how a ticket's life ended (it ends exactly once)
+WAITING, GRANTED, EXPIRED, DRAINED, CANCELLED, LOST = range(6)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class RedisLease:
+    """A granted slot; `release` is idempotent, never raises, and is safe in `finally`.
+
+    `lost` is set when this process learns it was fenced (its heartbeat lease expired and
+    the slot may already belong to another process): work running on the slot should
+    stop, because the cap no longer accounts for it. The port's `SlotLease` does not know
+    `lost`; callers that care read it with `getattr(lease, "lost", None)`.
+    """
+
+    __slots__ = ("_gate", "_released", "granted_at", "lost", "owner", "token", "up")
+    queued = False
+
+    def __init__(
+        self, gate: LedgerCore, up: Upstream, token: str, owner: str, now: float,
+    ) -> None:
+        self._gate, self.up, self.token, self.owner = gate, up, token, owner
+        self.granted_at = now
+        self._released = False
+        self.lost = asyncio.Event()
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            await self._gate._release(self)
+
+
+class OpenLease:
+    """A lease on an uncapped upstream: a local count only, Redis is never involved."""
+
+    __slots__ = ("_gate", "_released", "lost", "up")
+    queued = False
+
+    def __init__(self, gate: LedgerCore, up: Upstream) -> None:
+        self._gate, self.up, self._released = gate, up, False
+        self.lost = asyncio.Event()  # never set: nothing shared can be lost
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.up.open -= 1
+            self._gate._check_idle()
+
+
+class RedisTicket:
+    """A place in an upstream's shared FIFO queue.
+
+    `position()` is O(1): the position read from Redis by the last `wait` round (one
+    ZRANK inside the poll script), so a queue frame never costs a round trip of its own.
+    """
+
+    __slots__ = (
+        "_fut", "_gate", "_handed", "_lease", "_position", "_retry", "_state", "deadline",
+        "owner", "token", "up",
+    )
+    queued = True
+
+    def __init__(
+        self, gate: LedgerCore, up: Upstream, token: str, owner: str,
+        deadline: float, position: int,
+    ) -> None:
+        self._gate, self.up, self.token, self.owner = gate, up, token, owner
+        self.deadline = deadline  # on the gate's clock
+        self._position = position
+        self._state = WAITING
+        self._fut: asyncio.Future[None] | None = None
+        self._lease: RedisLease | None = None
+        self._handed = False  # the lease was returned to the caller: it is theirs now
+        self._retry = 1
+
+    def position(self) -> int:
+        """1-based place in the queue as last read (1 = next); 0 once it has left."""
+        return self._position if self._state == WAITING else 0
+
+    async def wait(self, timeout: float) -> RedisLease | None:
+        """One or more rounds of: sleep until woken or `recheck` passes, then poll once.
+
+        A pub/sub message naming this ticket ends the sleep with the grant itself; the
+        poll round covers a lost message, so a grant is seen within `recheck` seconds
+        plus one round trip at worst. Redis calls run in their own tasks: a hang-up
+        cancels only our wait for them, never redis-py mid-command (which can corrupt a
+        pooled connection or, on Python 3.11, swallow the cancellation).
+        """
+        gate = self._gate
+        clock = gate._clock
+        end = clock.now() + max(0.0, timeout)
+        try:
+            while True:
+                lease = self._settle()
+                if lease is not None:
+                    return lease
+                now = clock.now()
+                if now >= self.deadline:
+                    await gate._detached(gate._expire_ticket(self))
+                    continue
+                wake = min(end, self.deadline, now + gate._recheck)
+                if wake > now:
+                    await self._sleep(wake - now)
+                    if self._state != WAITING or clock.now() >= self.deadline:
+                        continue
+                await gate._detached(gate._poll_ticket(self))
+                if clock.now() >= end:
+                    return self._settle()
+        except asyncio.CancelledError:  # hang-up: leave, give back a slot granted meanwhile
+            await self._abandon()
+            raise
+
+    async def cancel(self) -> None:
+        """Leave the queue (idempotent); a slot granted meanwhile is given back."""
+        await self._abandon()
+
+    # -- transitions, driven by the gate -----------------------------------------------
+
+    def _grant(self) -> None:
+        if self._state == WAITING:
+            self._state = GRANTED
+            self._lease = self._gate._new_lease(self.up, self.token, self.owner)
+            self._gate._tickets.pop(self.token, None)
+            self._nudge()
+
+    def _end(self, state: int, retry_after: int = 1) -> None:
+        if self._state == WAITING:
+            self._state, self._retry = state, retry_after
+            self._gate._tickets.pop(self.token, None)
+            self._nudge()
+
+    def _nudge(self) -> None:
+        fut = self._fut
+        if fut is not None:
+            _wake(fut)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _settle(self) -> RedisLease | None:
+        """The lease once granted, None while queued; raises once the ticket has ended."""
+        state = self._state
+        if state == WAITING:
+            return None
+        if state == GRANTED:
+            lease = self._lease
+            if lease is not None and lease.lost.is_set():  # fenced before it was handed out
+                self._state = LOST
+                raise AdmissionUnavailable(1)
+            self._handed = True
+            return lease
+        if state == EXPIRED:
+            raise QueueTimeout(self._retry)
+        if state == DRAINED:
+            raise Draining(1)
+        if state == LOST:
+            raise AdmissionUnavailable(1)
+        raise asyncio.CancelledError("queue ticket was cancelled")
+
+    async def _sleep(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        fut = self._fut = loop.create_future()
+        timer = loop.call_later(seconds, _wake, fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._fut = None
+
+    async def _abandon(self) -> None:
+        state = self._state
+        if state == WAITING:
+            self._end(CANCELLED)
+            await self._gate._forget(self.up, self.token, self.owner, abandoned=True)
+        elif state == GRANTED and not self._handed and self._lease is not None:
+            self._state = CANCELLED  # granted in the same instant: give the slot back
+            await self._lease.release()

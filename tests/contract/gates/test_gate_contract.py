@@ -1,0 +1,270 @@
+"""One contract for every `AdmissionGate` adapter: the in-memory gate and the Redis gate.
+
+Real time, short timeouts. The Redis variant needs the Redis at GATEWAY_TEST_REDIS_URL
+(default redis://127.0.0.1:6379/0, `scripts/ensure-redis` starts one): it FAILS when
+Redis is unreachable instead of skipping, so CI cannot pass without exercising it. Each
+Redis test uses its own key prefix and deletes its keys afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.redis_gate import RedisAdmissionGate
+from adapters.outbound.system_clock import SystemClock
+from domain.admission import AdmissionPolicy
+from domain.errors import Draining, QueueFull, QueueTimeout
+from ports.admission import GateSnapshot
+
+REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+MakeGate = Callable[[Mapping[str, AdmissionPolicy | None]], Awaitable[Any]]
+
+
+def policy(cap: int = 1, depth: int = 4, timeout: float = 5.0) -> AdmissionPolicy:
+    return AdmissionPolicy(max_in_flight=cap, queue_depth=depth, queue_timeout_seconds=timeout)
+
+
+async def require_redis(url: str = REDIS_URL) -> None:
+    client = Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+    try:
+        await client.ping()
+    except Exception as error:
+        pytest.fail(f"Redis at {url} is unreachable ({error}); start it with scripts/ensure-redis")
+    finally:
+        await client.aclose()
+
+
+async def delete_prefix(prefix: str, url: str = REDIS_URL) -> None:
+    client = Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=500)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def make_gate(request: pytest.FixtureRequest) -> AsyncIterator[MakeGate]:
+    kind: str = request.param
+    prefix = f"gwtest-{uuid.uuid4().hex[:12]}"
+    made: list[RedisAdmissionGate] = []
+    if kind == "redis":
+        await require_redis()
+
+    async def make(policies: Mapping[str, AdmissionPolicy | None]) -> Any:
+        if kind == "memory":
+            return InMemoryAdmissionGate(policies, SystemClock())
+        gate = RedisAdmissionGate(policies, SystemClock(), REDIS_URL, lease_seconds=5, key_prefix=prefix)
+        made.append(gate)
+        await gate.start()
+        return gate
+
+    yield make
+    for gate in made:
+        await gate.close()
+    if kind == "redis":
+        await delete_prefix(prefix)
+
+
+async def test_grants_at_once_up_to_the_cap(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=3)})
+    leases = [await gate.enter("up") for _ in range(3)]
+    assert [lease.queued for lease in leases] == [False, False, False]
+    assert gate.snapshot("up").in_use == 3
+    ticket = await gate.enter("up")
+    assert ticket.queued and ticket.position() == 1
+    await ticket.cancel()
+    for lease in leases:
+        await lease.release()
+    assert gate.snapshot("up") == GateSnapshot(in_use=0, queued=0, limit=3, queue_limit=4)
+
+
+async def test_fifo_queue_grants_in_order_and_positions_decrease(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=1, depth=5)})
+    holder = await gate.enter("up")
+    tickets = [await gate.enter("up") for _ in range(4)]
+    for ticket in tickets:
+        assert await ticket.wait(0) is None
+    assert [t.position() for t in tickets] == [1, 2, 3, 4]
+    assert gate.snapshot("up").queued == 4
+    for i, ticket in enumerate(tickets):
+        await holder.release()
+        holder = await ticket.wait(2.0)
+        assert holder is not None and not holder.queued
+        rest = tickets[i + 1:]
+        for other in rest:  # nobody behind the head was admitted
+            assert await other.wait(0) is None
+        assert [t.position() for t in rest] == list(range(1, len(rest) + 1))
+        assert ticket.position() == 0
+    await holder.release()
+    assert gate.snapshot("up") == GateSnapshot(in_use=0, queued=0, limit=1, queue_limit=5)
+    assert gate.counters("up")["admitted"] == 5 and gate.counters("up")["queued"] == 4
+
+
+async def test_queue_full_beyond_the_depth(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=1, depth=2)})
+    lease = await gate.enter("up")
+    waiting = [await gate.enter("up") for _ in range(2)]
+    with pytest.raises(QueueFull) as caught:
+        await gate.enter("up")
+    assert (caught.value.retry_after or 0) >= 1
+    assert gate.counters("up")["rejected_full"] == 1
+    assert gate.snapshot("up").queued == 2
+    for ticket in waiting:
+        await ticket.cancel()
+    await lease.release()
+
+
+async def test_queue_timeout_at_the_deadline(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=1, depth=2, timeout=0.4)})
+    lease = await gate.enter("up")
+    ticket = await gate.enter("up")
+    assert await ticket.wait(0.05) is None
+    started = time.monotonic()
+    with pytest.raises(QueueTimeout) as caught:
+        await ticket.wait(5.0)
+    elapsed = time.monotonic() - started
+    assert 0.2 <= elapsed < 1.5, elapsed
+    assert (caught.value.retry_after or 0) >= 1
+    assert ticket.position() == 0
+    assert gate.counters("up")["timed_out"] == 1
+    assert gate.snapshot("up").queued == 0
+    await ticket.cancel()  # idempotent after the end
+    await lease.release()
+    assert gate.snapshot("up").in_use == 0
+
+
+async def test_cancelled_waiters_never_consume_a_slot(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=1, depth=4)})
+    lease = await gate.enter("up")
+    first, second = await gate.enter("up"), await gate.enter("up")
+    task = asyncio.create_task(first.wait(5.0))
+    await asyncio.sleep(0.05)
+    task.cancel()  # the client hung up while queued
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await second.cancel()
+    await second.cancel()
+    assert gate.snapshot("up").queued == 0
+    await lease.release()
+    assert gate.snapshot("up").in_use == 0
+    fresh = await gate.enter("up")
+    assert not fresh.queued
+    assert gate.counters("up")["abandoned"] == 2
+    await fresh.release()
+
+
+async def test_cancellation_racing_a_grant_gives_the_slot_back(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=1, depth=4)})
+    lease = await gate.enter("up")
+    ticket = await gate.enter("up")
+    task = asyncio.create_task(ticket.wait(5.0))
+    await asyncio.sleep(0.05)
+    releasing = asyncio.create_task(lease.release())  # grants the ticket ...
+    await asyncio.sleep(0)
+    task.cancel()  # ... in the same instant its requester hangs up
+    await releasing
+    try:
+        won = await task  # the grant may have reached the waiter first: then it is its lease
+    except asyncio.CancelledError:
+        won = None
+    if won is not None:
+        await won.release()
+    fresh = await gate.enter("up")
+    assert not fresh.queued, "the slot leaked to a cancelled waiter"
+    assert gate.snapshot("up").in_use == 1
+    # granted on the ledger, then cancelled before any wait saw the grant
+    for pause in (0.0, 0.05):
+        late = await gate.enter("up")
+        assert late.queued
+        await fresh.release()
+        await asyncio.sleep(pause)
+        await late.cancel()
+        fresh = await gate.enter("up")
+        assert not fresh.queued, f"the slot leaked (pause {pause})"
+    await fresh.release()
+    assert gate.snapshot("up").in_use == 0
+
+
+async def test_release_is_idempotent(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=2, depth=2)})
+    first, second = await gate.enter("up"), await gate.enter("up")
+    await first.release()
+    await first.release()
+    assert gate.snapshot("up").in_use == 1
+    third = await gate.enter("up")
+    assert not third.queued
+    fourth = await gate.enter("up")
+    assert fourth.queued  # the double release did not free a second slot
+    await fourth.cancel()
+    for lease in (second, third):
+        await lease.release()
+    assert gate.snapshot("up").in_use == 0
+
+
+async def test_uncapped_upstream_is_unaffected(make_gate: MakeGate) -> None:
+    gate = await make_gate({"capped": policy(cap=1, depth=0), "free": None})
+    held = await gate.enter("capped")
+    with pytest.raises(QueueFull):
+        await gate.enter("capped")
+    leases = [await gate.enter("free") for _ in range(20)]
+    assert not any(lease.queued for lease in leases)
+    assert gate.snapshot("free") == GateSnapshot(in_use=20, queued=0, limit=None, queue_limit=None)
+    for lease in leases:
+        await lease.release()
+        await lease.release()
+    assert gate.snapshot("free").in_use == 0
+    assert gate.counters("free")["admitted"] == 20
+    assert sorted(gate.upstreams()) == ["capped", "free"]
+    await held.release()
+
+
+async def test_drain_fails_waiters_and_lets_leases_finish(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=1, depth=4)})
+    lease = await gate.enter("up")
+    ticket = await gate.enter("up")
+    task = asyncio.create_task(ticket.wait(5.0))
+    await asyncio.sleep(0.05)
+    gate.drain()
+    with pytest.raises(Draining):
+        await task
+    with pytest.raises(Draining):
+        await gate.enter("up")
+    assert not await gate.wait_idle(0.1)
+    await lease.release()
+    assert await gate.wait_idle(1.0)
+    await asyncio.sleep(0.1)
+    assert gate.snapshot("up") == GateSnapshot(in_use=0, queued=0, limit=1, queue_limit=4)
+    assert gate.counters("up")["drained"] == 1
+
+
+async def test_concurrent_load_never_exceeds_the_cap(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=3, depth=40, timeout=10)})
+    current = peak = done = 0
+
+    async def one() -> None:
+        nonlocal current, peak, done
+        entry = await gate.enter("up")
+        lease = entry
+        while lease.queued:
+            lease = await entry.wait(1.0) or entry
+        current += 1
+        peak = max(peak, current)
+        await asyncio.sleep(0.005)
+        current -= 1
+        await lease.release()
+        done += 1
+
+    await asyncio.wait_for(asyncio.gather(*(one() for _ in range(30))), 20)
+    assert done == 30 and peak == 3
+    assert gate.snapshot("up").in_use == 0 and gate.snapshot("up").queued == 0
