@@ -24,12 +24,15 @@ from litestar.handlers import asgi
 import serving
 from adapters.inbound import anthropic, openai
 from adapters.inbound._shared.dialect import EdgeContext, InboundDialect
+from adapters.inbound._shared.http_guard import guarded_protocol
+from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.operations import operations_routes
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import AiohttpUpstreamClient
 from adapters.outbound.otel_tracing import OtelTelemetry, tracing_wanted
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
+from adapters.outbound.redis_gate import RedisAdmissionGate
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
@@ -107,6 +110,23 @@ def _upstream_clients(
     }
 
 
+def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAdmissionGate:
+    """The admission backend: one process (memory) or every process and pod (Redis)."""
+    shared = config.admission
+    if shared.backend == "memory":
+        return InMemoryAdmissionGate(_policies(config), clock)
+    assert shared.redis_url is not None  # config checks it
+    return RedisAdmissionGate(
+        _policies(config), clock, shared.redis_url, shared.lease_seconds, shared.key_prefix,
+        on_fenced=_fenced,
+    )
+
+
+def _fenced(reason: str, lost: int) -> None:
+    # Every lost lease has its `lost` event set; ChatService aborts the requests holding one.
+    log.error("admission: this process was fenced (%s); %d slot lease(s) lost", reason, lost)
+
+
 class Container(containers.DeclarativeContainer):
     config = providers.Dependency(instance_of=Config)
     clock = providers.Singleton(SystemClock)
@@ -115,9 +135,7 @@ class Container(containers.DeclarativeContainer):
     router = providers.Singleton(
         lambda c: ModelRouter({n: u.models for n, u in c.upstreams.items()}), config
     )
-    gate = providers.Singleton(
-        lambda c, clock: InMemoryAdmissionGate(_policies(c), clock), config, clock
-    )
+    gate = providers.Singleton(lambda c, clock: _gate(c, clock), config, clock)
     tracing = providers.Resource(_telemetry, config)
     upstreams = providers.Singleton(_upstream_clients, config, http_session.provider, tracing)
     service = providers.Singleton(
@@ -133,6 +151,20 @@ class Container(containers.DeclarativeContainer):
     )
 
 
+def _input_limits(config: Config) -> InputLimits:
+    """The edge's input limits; `max_output_tokens` is per upstream, looked up per model."""
+    server = config.server
+    caps = {
+        model: upstream.max_output_tokens
+        for upstream in config.upstreams.values() if upstream.max_output_tokens is not None
+        for model in upstream.models
+    }
+    return InputLimits(
+        max_header_bytes=server.max_header_bytes, body_timeout_seconds=server.body_timeout_seconds,
+        max_messages=server.max_messages, max_content_blocks=server.max_content_blocks, max_output_tokens=caps,
+    )
+
+
 def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) -> Litestar:
     """The Litestar app serving every registered dialect plus the operations endpoints."""
     container = Container(config=config)
@@ -141,6 +173,7 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
         observer=container.observer(),
         max_body_bytes=config.server.max_body_bytes,
         ping_interval_seconds=config.server.ping_interval_seconds,
+        limits=_input_limits(config),
     )
     handlers = []
     for dialect in DIALECTS if dialects is None else dialects:
@@ -153,9 +186,14 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await container.init_resources()  # type: ignore[misc]
+        gate = container.gate()
+        if isinstance(gate, RedisAdmissionGate):
+            await gate.start()
         try:
             yield
         finally:
+            if isinstance(gate, RedisAdmissionGate):
+                await gate.close()
             await container.shutdown_resources()  # type: ignore[misc]
 
     cors = (
@@ -167,6 +205,9 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
     app = Litestar(route_handlers=handlers, lifespan=[lifespan], cors_config=cors, openapi_config=None,
                   logging_config=None)
     app.state.container = container
+    # The server's protocol bounds the request head below the app (SECURITY.md); serving reads it.
+    server = config.server
+    app.state.http_protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
     return app
 
 

@@ -34,6 +34,12 @@ class ServerConfig(Section):
     listen: str = "127.0.0.1:8080"
     workers: PositiveInt = 1
     max_body_bytes: PositiveInt = 4 * 1024 * 1024
+    # Input limits (docs/operations.md): each violation is a 4xx in the surface's shape.
+    max_header_bytes: PositiveInt = 32 * 1024
+    header_timeout_seconds: PositiveFloat = 10.0
+    body_timeout_seconds: PositiveFloat = 30.0
+    max_messages: PositiveInt = 2048
+    max_content_blocks: PositiveInt = 512
     drain_grace_seconds: PositiveFloat = 30.0
     ping_interval_seconds: PositiveFloat = 10.0
     queue_update_interval_seconds: PositiveFloat = 1.0
@@ -58,6 +64,8 @@ class UpstreamConfig(Section):
     # A non-streaming answer sends its headers only when generation is done.
     first_byte_timeout_seconds: PositiveFloat = 600.0
     idle_timeout_seconds: PositiveFloat = 120.0
+    # The most output tokens one request may ask for (`max_tokens`); none: no gateway cap.
+    max_output_tokens: PositiveInt | None = None
 
 
 class SharedAdmissionConfig(Section):

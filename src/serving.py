@@ -85,7 +85,8 @@ def make_drain(
 
 def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float) -> uvicorn.Config:
     return uvicorn.Config(
-        app, host=host, port=port, loop="uvloop", http="httptools", lifespan="on",
+        app, host=host, port=port, loop="uvloop", lifespan="on",
+        http=getattr(getattr(app, "state", None), "http_protocol", "httptools"),  # bootstrap's head bounds
         access_log=False, log_level="warning", timeout_keep_alive=75,
         server_header=False, date_header=False,
         # After the drain, connections still open (uncapped work) get the rest of the grace.

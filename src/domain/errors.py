@@ -68,6 +68,20 @@ class PayloadTooLarge(GatewayError):
     title = "Request body too large"
 
 
+class RequestTimeout(GatewayError):
+    """The client did not send its request body in time (a slow or stuck client)."""
+
+    status = 408
+    kind = "request-timeout"
+    title = "Request body not received in time"
+
+
+class HeadersTooLarge(GatewayError):
+    status = 431
+    kind = "headers-too-large"
+    title = "Request headers too large"
+
+
 class UnsupportedMediaType(GatewayError):
     status = 415
     kind = "unsupported-media-type"

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
 from tests.support.processes import Processes, free_port, upstream_toml
 
 V1 = {"model": "reasoning", "messages": [{"role": "user", "content": "hi"}]}
@@ -175,8 +174,12 @@ async def test_workers_share_the_cap(procs: Processes, redis: RedisServer, tmp_p
     assert await asyncio.to_thread(gateway.popen.wait, 15) == 0
 
 
+def _lines(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
 async def _wait_lines(log: Path, count: int, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
-    while not (log.exists() and len(log.read_text().splitlines()) >= count):
+    while _lines(log) < count:
         assert time.monotonic() < deadline, f"stub never saw {count} requests"
         await asyncio.sleep(0.02)

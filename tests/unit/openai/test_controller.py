@@ -261,3 +261,14 @@ async def test_model_list() -> None:
     edge = Edge(FakeUpstream())
     await edge.call("/v1/models", method="GET")
     assert edge.status == 200 and [m["id"] for m in dec(edge.body)["data"]] == ["m"]
+
+
+async def test_upstream_error_in_the_first_chunk_is_a_status_code() -> None:
+    """Nothing was sent yet (e.g. the event stream's first frame is malformed): 502, not a 200."""
+    error = StreamChunk(events=[StreamError(kind="upstream-protocol-error", message="bad frame", status=502)])
+    edge = Edge(FakeUpstream([error, NATIVE[1]]))
+    await edge.call("/v1/chat/completions", {**REQUEST, "stream": True})
+    assert edge.status == 502 and edge.headers[b"content-type"] == b"application/problem+json"
+    assert dec(edge.body)["error"]["code"] == "upstream-protocol-error"
+    assert edge.upstream.closed == 1 and edge.gate.in_use == 0
+    assert edge.observer[0].error_kind == "upstream-protocol-error"

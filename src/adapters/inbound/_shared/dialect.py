@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from adapters.inbound._shared.limits import InputLimits
 from application.chat import ChatService
 from ports.telemetry import RequestObserver
 
@@ -26,6 +27,7 @@ class EdgeContext:
     max_body_bytes: int
     ping_interval_seconds: float
     options: dict[str, Any] = field(default_factory=dict)
+    limits: InputLimits = field(default_factory=InputLimits)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from adapters.inbound._shared.exchange import ClientGone, Exchange
-from domain.errors import GatewayError, MethodNotAllowed
+from adapters.inbound._shared.limits import deep_json
+from domain.errors import GatewayError, HeadersTooLarge, MethodNotAllowed
 from ports.telemetry import RequestObserver
 
 log = logging.getLogger("gateway.edge")
@@ -57,8 +58,12 @@ async def serve(
         ex.gone = True
     except GatewayError as error:
         await _fail(ex, error, errors)
+    except RecursionError:
+        # JSON nested beyond what msgspec can decode or re-encode: the client's doing.
+        log.warning("request %s nested too deeply", ex.request_id, extra={"request_id": ex.request_id})
+        await _fail(ex, deep_json(), errors)
     except Exception:
-        log.exception("unhandled error", extra={"request_id": ex.request_id})
+        log.exception("unhandled error in request %s", ex.request_id, extra={"request_id": ex.request_id})
         await _fail(ex, InternalError(), errors)
     finally:
         ex.stop_watching()
@@ -72,6 +77,8 @@ async def _fail(ex: Exchange, error: GatewayError, errors: ErrorRenderer) -> Non
     try:
         if not ex.started:
             status, body, content_type, headers = errors.render(error, ex.request_id)
+            if status == 408:  # a stuck client: do not wait for the rest of its body
+                headers = [*headers, (b"connection", b"close")]
             await ex.respond(status, body, content_type, headers)
         elif not ex.finished:
             await ex.end_stream(errors.stream_error(error, ex.request_id))
@@ -91,12 +98,29 @@ async def _not_allowed(ex: Exchange) -> None:
 
 def asgi_endpoint(
     surface: str, route: str, methods: tuple[str, ...], work: Work,
-    errors: ErrorRenderer, observer: RequestObserver,
+    errors: ErrorRenderer, observer: RequestObserver, max_header_bytes: int = 0,
 ) -> Callable[[Any, Any, Any], Awaitable[None]]:
-    """A raw ASGI callable running `work` inside `serve` for the given methods."""
+    """A raw ASGI callable running `work` inside `serve` for the given methods.
+
+    `max_header_bytes` (0: unchecked) bounds the request target plus header names and
+    values; a larger request is answered 431 in the dialect's shape.
+    """
+
+    async def too_large(ex: Exchange) -> None:
+        raise HeadersTooLarge(
+            f"The request target and headers are {ex.header_bytes} bytes; "
+            f"this gateway accepts at most {max_header_bytes}."
+        )
 
     async def endpoint(scope: Any, receive: Any, send: Any) -> None:
         ex = Exchange(scope, receive, send, surface, route)
-        await serve(ex, work if scope["method"] in methods else _not_allowed, errors, observer)
+        run: Work
+        if scope["method"] not in methods:
+            run = _not_allowed
+        elif max_header_bytes and ex.header_bytes > max_header_bytes:
+            run = too_large
+        else:
+            run = work
+        await serve(ex, run, errors, observer)
 
     return endpoint

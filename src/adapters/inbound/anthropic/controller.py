@@ -38,8 +38,11 @@ ERRORS = AnthropicErrors()
 def routes(context: EdgeContext) -> list[Route]:
     controller = AnthropicController(context)
 
+    header_limit = context.limits.max_header_bytes
+
     def route(path: str, methods: tuple[str, ...], work: Work) -> Route:
-        return Route(path, methods, asgi_endpoint(SURFACE, path, methods, work, ERRORS, context.observer))
+        endpoint = asgi_endpoint(SURFACE, path, methods, work, ERRORS, context.observer, header_limit)
+        return Route(path, methods, endpoint)
 
     return [
         route("/llm/v1/messages", ("POST",), controller.messages),
@@ -64,11 +67,12 @@ def _failure(event: StreamError) -> GatewayError:
 
 
 class AnthropicController:
-    __slots__ = ("_created_at", "_limit", "_ping", "_service")
+    __slots__ = ("_created_at", "_limit", "_limits", "_ping", "_service")
 
     def __init__(self, context: EdgeContext) -> None:
         self._service: ChatService = context.service
         self._limit = context.max_body_bytes
+        self._limits = context.limits
         self._ping = context.ping_interval_seconds
         self._created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # the gateway's start
 
@@ -77,7 +81,9 @@ class AnthropicController:
         await ex.respond(200, body, _JSON, [(b"request-id", ex.request_id.encode())])
 
     async def count_tokens(self, ex: Exchange) -> None:
-        request = decode_count_tokens(await ex.read_body(self._limit), ex.request_id)
+        limits = self._limits
+        body = await ex.read_body(self._limit, limits.body_timeout_seconds)
+        request = decode_count_tokens(body, ex.request_id, limits)
         ex.record.model = request.model
         ex.record.upstream = self._service.upstream_for(request.model)
         ex.watch_disconnect()
@@ -92,7 +98,9 @@ class AnthropicController:
         await ex.respond(200, encode_token_count(count), _JSON, [(b"request-id", ex.request_id.encode())])
 
     async def messages(self, ex: Exchange) -> None:
-        request = decode_messages(await ex.read_body(self._limit), ex.request_id)
+        limits = self._limits
+        body = await ex.read_body(self._limit, limits.body_timeout_seconds)
+        request = decode_messages(body, ex.request_id, limits)
         record = ex.record
         record.model = request.model
         record.stream = request.stream

@@ -19,6 +19,7 @@ _TYPES = {
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",
+    431: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
     502: "api_error",

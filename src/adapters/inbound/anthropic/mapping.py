@@ -1,7 +1,8 @@
 """Anthropic wire <-> canonical model: pure functions, no I/O.
 
 Validation follows the API: errors name the offending field with Anthropic's dotted
-path (`messages.0.content.1.type`), so a client's own error display stays useful.
+path (`messages.0.content.1.type`, see `validation`), so a client's own error display
+stays useful. The input limits (messages, blocks, `max_tokens`) are checked here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from adapters.inbound._shared.limits import InputLimits, too_many_blocks, too_many_messages, too_many_tokens
 from adapters.inbound.anthropic import schema as w
+from adapters.inbound.anthropic.validation import decode_body, invalid
 from domain.canonical import (
     ChatRequest,
     ChatResponse,
@@ -28,16 +31,13 @@ from domain.canonical import (
     ToolSpec,
     ToolUsePart,
 )
-from domain.errors import InvalidRequest, UpstreamProtocolError
+from domain.errors import UpstreamProtocolError
 
 SURFACE = "anthropic"
 
 # vLLM continues a final assistant message only when told to (a prefill, in Anthropic terms).
 _PREFILL_EXTRAS = {"continue_final_message": True, "add_generation_prompt": False}
 
-_AT_PATH = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
-_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
-_BAD_TAG = re.compile(r"^Invalid value (?P<value>.+)$")
 _USABLE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 _STOP_REASONS: dict[FinishReason, str] = {
@@ -53,44 +53,23 @@ _EMPTY_OBJECT = msgspec.Raw(b"{}")
 # --- request ------------------------------------------------------------------------
 
 
-def invalid(path: str, detail: str) -> InvalidRequest:
-    return InvalidRequest(f"{path}: {detail}" if path else detail, param=path or None)
+_DEFAULT_LIMITS = InputLimits()
 
 
-def invalid_from(error: msgspec.MsgspecError) -> InvalidRequest:
-    """A msgspec failure as Anthropic words it: `$.messages[0].role` -> `messages.0.role`."""
-    if not isinstance(error, msgspec.ValidationError):
-        return InvalidRequest(f"The request body is not valid JSON: {error}")
-    match = _AT_PATH.match(str(error))
-    assert match is not None  # the pattern matches any text
-    detail = match["detail"]
-    path = (match["path"] or "").replace("[", ".").replace("]", "").lstrip(".")
-    if missing := _MISSING.match(detail):
-        path, detail = f"{path}.{missing['field']}".lstrip("."), "Field required"
-    elif (bad := _BAD_TAG.match(detail)) and path.endswith("type"):
-        detail = f"Unsupported type {bad['value']}"
-    return invalid(path, detail)
-
-
-def decode_messages(body: bytes, request_id: str) -> ChatRequest:
+def decode_messages(body: bytes, request_id: str, limits: InputLimits = _DEFAULT_LIMITS) -> ChatRequest:
     """The body of `POST /v1/messages` as a canonical request; raises `InvalidRequest`."""
-    try:
-        params = w.MESSAGES_DECODER.decode(body)
-    except msgspec.MsgspecError as error:
-        raise invalid_from(error) from None
-    return to_chat_request(params, request_id)
+    return to_chat_request(decode_body(w.MESSAGES_DECODER, body), request_id, limits)
 
 
-def decode_count_tokens(body: bytes, request_id: str) -> ChatRequest:
-    try:
-        params = w.COUNT_TOKENS_DECODER.decode(body)
-    except msgspec.MsgspecError as error:
-        raise invalid_from(error) from None
-    return to_chat_request(params, request_id)
+def decode_count_tokens(body: bytes, request_id: str, limits: InputLimits = _DEFAULT_LIMITS) -> ChatRequest:
+    return to_chat_request(decode_body(w.COUNT_TOKENS_DECODER, body), request_id, limits)
 
 
-def to_chat_request(params: w.CountTokensParams, request_id: str) -> ChatRequest:
-    messages = _conversation(params.system, params.messages)
+def to_chat_request(params: w.CountTokensParams, request_id: str, limits: InputLimits = _DEFAULT_LIMITS) -> ChatRequest:
+    """Checks the limits (messages, blocks, `max_tokens`) while mapping."""
+    if len(params.messages) > limits.max_messages:
+        raise too_many_messages(len(params.messages), limits.max_messages)
+    messages = _conversation(params.system, params.messages, limits.max_content_blocks)
     tools = [_tool(tool, i) for i, tool in enumerate(params.tools or ())]
     request = ChatRequest(
         model=params.model,
@@ -103,6 +82,9 @@ def to_chat_request(params: w.CountTokensParams, request_id: str) -> ChatRequest
         request_id=request_id,
     )
     if isinstance(params, w.MessagesParams):
+        cap = limits.max_output_tokens.get(params.model)
+        if cap is not None and params.max_tokens > cap:
+            raise too_many_tokens(params.max_tokens, cap, params.model, "max_tokens")
         request.max_tokens = params.max_tokens
         request.stream = params.stream
         request.stop = params.stop_sequences or []
@@ -113,15 +95,21 @@ def to_chat_request(params: w.CountTokensParams, request_id: str) -> ChatRequest
     return request
 
 
-def _conversation(system: str | list[w.TextBlock] | None, turns: list[w.MessageParam]) -> list[Message]:
+def _conversation(
+    system: str | list[w.TextBlock] | None, turns: list[w.MessageParam], max_blocks: int
+) -> list[Message]:
     """A leading system message, then the turns with consecutive same-role turns merged."""
     out: list[Message] = []
+    if type(system) is list and len(system) > max_blocks:
+        raise too_many_blocks(len(system), max_blocks, "system")
     text = system if isinstance(system, str) else "\n\n".join(b.text for b in system or ())
     if text:
         out.append(Message(role="system", content=[TextPart(text=text)]))
     if turns[0].role != "user":
         raise invalid("messages.0.role", 'The first message must use the "user" role.')
     for i, turn in enumerate(turns):
+        if type(turn.content) is list and len(turn.content) > max_blocks:
+            raise too_many_blocks(len(turn.content), max_blocks, f"messages.{i}.content")
         parts = _parts(turn, i)
         if out and out[-1].role == turn.role:
             out[-1].content.extend(parts)

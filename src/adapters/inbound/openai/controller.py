@@ -13,11 +13,13 @@ import time
 from adapters.inbound._shared.dialect import EdgeContext, Route
 from adapters.inbound._shared.endpoint import Work, asgi_endpoint
 from adapters.inbound._shared.exchange import Exchange
+from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request, encode_models, encode_response
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
 from application.chat import ChatService
-from domain.canonical import ChatRequest, ChatResponse, StreamChunk
+from domain.canonical import ChatRequest, ChatResponse, StreamChunk, StreamError
+from domain.errors import GatewayError
 
 SURFACE = "openai"
 JSON = b"application/json"
@@ -27,15 +29,17 @@ EVENT_STREAM = b"text/event-stream"
 class ChatCompletions:
     """POST /v1/chat/completions."""
 
-    __slots__ = ("_limit", "_service")
+    __slots__ = ("_limit", "_limits", "_service")
 
-    def __init__(self, service: ChatService, max_body_bytes: int) -> None:
+    def __init__(self, service: ChatService, max_body_bytes: int, limits: InputLimits | None = None) -> None:
         self._service = service
         self._limit = max_body_bytes
+        self._limits = limits or InputLimits()
 
     async def __call__(self, ex: Exchange) -> None:
-        body = await ex.read_body(self._limit)
-        decoded = decode_request(body, ex.request_id)
+        limits = self._limits
+        body = await ex.read_body(self._limit, limits.body_timeout_seconds)
+        decoded = decode_request(body, ex.request_id, limits)
         request = decoded.chat
         ex.record.stream = request.stream
         ex.watch_disconnect()
@@ -65,6 +69,7 @@ class ChatCompletions:
                 if type(chunk) is not StreamChunk:  # report_queue=False: never a position
                     continue
                 if not ex.started:
+                    _raise_early_failure(chunk)  # nothing sent yet: the failure gets its own status
                     ex.record.first_token_seconds = ex.elapsed()
                     await ex.start_stream(200, EVENT_STREAM)
                 data = writer.feed(chunk)
@@ -80,6 +85,16 @@ class ChatCompletions:
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
             _record_usage(ex, writer)
+
+
+def _raise_early_failure(chunk: StreamChunk) -> None:
+    """An upstream failure in the first chunk (e.g. a malformed or empty event stream) is
+    raised, so that the client gets the failure's status, as on `/llm`, not a 200."""
+    for event in chunk.events:
+        if type(event) is StreamError:
+            error = GatewayError(event.message)
+            error.status, error.kind = event.status, event.kind
+            raise error
 
 
 def _record_usage(ex: Exchange, writer: ChunkWriter) -> None:
@@ -102,18 +117,18 @@ def model_list(body: bytes) -> Work:
 
 def routes(context: EdgeContext) -> list[Route]:
     """The `/v1` routes, each a raw ASGI endpoint."""
-    observer = context.observer
-    chat = ChatCompletions(context.service, context.max_body_bytes)
+    observer, header_limit = context.observer, context.limits.max_header_bytes
+    chat = ChatCompletions(context.service, context.max_body_bytes, context.limits)
     models = model_list(encode_models(context.service.models(), int(time.time())))
     return [
         Route(
             "/v1/chat/completions",
             ("POST",),
-            asgi_endpoint(SURFACE, "/v1/chat/completions", ("POST",), chat, renderer, observer),
+            asgi_endpoint(SURFACE, "/v1/chat/completions", ("POST",), chat, renderer, observer, header_limit),
         ),
         Route(
             "/v1/models",
             ("GET",),
-            asgi_endpoint(SURFACE, "/v1/models", ("GET",), models, renderer, observer),
+            asgi_endpoint(SURFACE, "/v1/models", ("GET",), models, renderer, observer, header_limit),
         ),
     ]

@@ -15,6 +15,13 @@ from typing import Any, cast
 
 import msgspec
 
+from adapters.inbound._shared.limits import (
+    InputLimits,
+    deep_json,
+    too_many_blocks,
+    too_many_messages,
+    too_many_tokens,
+)
 from adapters.inbound.openai import schema as w
 from domain.canonical import (
     ChatRequest,
@@ -68,8 +75,14 @@ def _invalid(error: msgspec.ValidationError) -> InvalidRequest:
     return InvalidRequest(f"Invalid field `{path}`: {text}.", param=path)
 
 
-def decode_request(body: bytes, request_id: str = "") -> OpenAIRequest:
-    """Decode a chat-completions body; raises `InvalidRequest` naming the field."""
+_DEFAULT_LIMITS = InputLimits()
+
+
+def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEFAULT_LIMITS) -> OpenAIRequest:
+    """Decode a chat-completions body; raises `InvalidRequest` naming the field.
+
+    `limits` bounds the number of messages, the parts of each and `max_tokens`.
+    """
     try:
         top = w.TOP_DECODER.decode(body)
         wire = w.REQUEST_DECODER.decode(body)
@@ -79,6 +92,10 @@ def decode_request(body: bytes, request_id: str = "") -> OpenAIRequest:
         raise _invalid(exc) from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise deep_json() from None
+    if len(wire.messages) > limits.max_messages:
+        raise too_many_messages(len(wire.messages), limits.max_messages)
     extras: dict[str, Any] = {k: v for k, v in top.items() if k not in w.KNOWN_FIELDS}
     if wire.stream_options is not None:  # the upstream adapter merges it key by key
         extras["stream_options"] = w.OBJECT_DECODER.decode(top["stream_options"])
@@ -93,10 +110,10 @@ def decode_request(body: bytes, request_id: str = "") -> OpenAIRequest:
         extras["parallel_tool_calls"] = top["parallel_tool_calls"]
     stop = wire.stop
     options = wire.stream_options
-    max_tokens = wire.max_tokens if wire.max_completion_tokens is None else wire.max_completion_tokens
+    max_tokens = _max_tokens(wire, limits.max_output_tokens.get(wire.model))
     chat = ChatRequest(
         model=wire.model,
-        messages=decode_messages(wire.messages),
+        messages=decode_messages(wire.messages, limits.max_content_blocks),
         max_tokens=max_tokens,
         temperature=wire.temperature,
         top_p=wire.top_p,
@@ -120,6 +137,18 @@ def decode_request(body: bytes, request_id: str = "") -> OpenAIRequest:
     return OpenAIRequest(chat=chat, include_usage=bool(options and options.include_usage))
 
 
+def _max_tokens(wire: w.ChatCompletionRequest, cap: int | None) -> int | None:
+    """`max_completion_tokens` (vLLM's newer name) wins over `max_tokens`; both obey the
+    upstream's cap, which is also the value when the request names none."""
+    if cap is not None:
+        for param in ("max_tokens", "max_completion_tokens"):
+            value = getattr(wire, param)
+            if value is not None and value > cap:
+                raise too_many_tokens(value, cap, wire.model, param)
+    chosen = wire.max_tokens if wire.max_completion_tokens is None else wire.max_completion_tokens
+    return cap if chosen is None else chosen
+
+
 def _parts(content: str | list[Any], keep_empty: bool = True) -> list[Part]:
     if isinstance(content, str):
         return [TextPart(text=content)] if content or keep_empty else []
@@ -132,11 +161,19 @@ def _parts(content: str | list[Any], keep_empty: bool = True) -> list[Part]:
     return out
 
 
-def decode_messages(messages: list[w.WireMessage]) -> list[Message]:
-    """Wire messages -> canonical turns; consecutive tool results share one user turn."""
+def decode_messages(
+    messages: list[w.WireMessage], max_parts: int = _DEFAULT_LIMITS.max_content_blocks
+) -> list[Message]:
+    """Wire messages -> canonical turns; consecutive tool results share one user turn.
+
+    A message with more than `max_parts` content parts (or tool calls) is refused.
+    """
     out: list[Message] = []
     tool_turn: Message | None = None
-    for m in messages:
+    for i, m in enumerate(messages):
+        content = m.content
+        if type(content) is list and len(content) > max_parts:
+            raise too_many_blocks(len(content), max_parts, f"messages[{i}].content")
         if isinstance(m, w.ToolMessage):
             parts = cast("list[TextPart | ImagePart]", _parts(m.content))  # text parts only
             result = ToolResultPart(tool_use_id=m.tool_call_id, content=parts)
@@ -149,6 +186,8 @@ def decode_messages(messages: list[w.WireMessage]) -> list[Message]:
         if isinstance(m, w.UserMessage):
             out.append(Message(role="user", content=_parts(m.content), name=m.name))
         elif isinstance(m, w.AssistantMessage):
+            if m.tool_calls is not None and len(m.tool_calls) > max_parts:
+                raise too_many_blocks(len(m.tool_calls), max_parts, f"messages[{i}].tool_calls")
             out.append(_assistant(m))
         else:  # system or developer
             out.append(Message(role="system", content=_parts(m.content), name=m.name))

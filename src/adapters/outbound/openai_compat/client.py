@@ -14,6 +14,7 @@ generation. A body read to its end gives the connection back for reuse.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -41,6 +42,7 @@ from .stream_mapping import Phase, StreamMapper, response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
 
 SessionSource = aiohttp.ClientSession | Callable[[], aiohttp.ClientSession]
+log = logging.getLogger("gateway.upstream")
 
 
 class ClientTracer(Protocol):
@@ -161,13 +163,16 @@ class AiohttpUpstreamClient:
                 f"upstream '{self.name}' sent no response within {self._first_byte:g}s"
             ) from exc
         except aiohttp.ClientConnectionError as exc:
-            raise UpstreamUnavailable(f"upstream '{self.name}' unreachable: {exc}") from exc
+            # aiohttp's text names the host and port: logged here, never shown to clients.
+            log.warning("upstream %s unreachable: %s", self.name, exc)
+            raise UpstreamUnavailable(f"upstream '{self.name}' is unreachable") from exc
         except aiohttp.ClientResponseError as exc:  # unparsable status line or headers
             raise UpstreamProtocolError(
                 f"upstream '{self.name}' sent a malformed HTTP response: {' '.join(exc.message.split())}"
             ) from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamError(f"upstream '{self.name}' request failed: {exc}") from exc
+            log.warning("upstream %s request failed: %s", self.name, exc)
+            raise UpstreamError(f"upstream '{self.name}' request failed") from exc
 
     async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
         """The whole body, with `idle_timeout` bounding each read."""
