@@ -178,7 +178,8 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
     handlers = []
     for dialect in DIALECTS if dialects is None else dialects:
         for route in dialect.routes(context):
-            handlers.append(asgi(route.path, copy_scope=False, name=f"{dialect.name}:{route.path}")(route.endpoint))
+            handlers.append(asgi(route.path, copy_scope=route.mount, is_mount=route.mount,
+                                 name=f"{dialect.name}:{route.path}")(route.endpoint))
     metrics, lifecycle = container.metrics(), container.lifecycle()
     for route in operations_routes(metrics.render, ready=lifecycle.ready):
         handlers.append(asgi(route.path, copy_scope=False)(route.endpoint))

@@ -35,6 +35,8 @@ class Route:
     path: str
     methods: tuple[str, ...]
     endpoint: ASGIApp
+    # A mount answers every path below `path` that no other route matches (a dialect's 404).
+    mount: bool = False
 
 
 class InboundDialect(Protocol):

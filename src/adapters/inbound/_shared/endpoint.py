@@ -7,9 +7,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from adapters.inbound._shared.dialect import Route
 from adapters.inbound._shared.exchange import ClientGone, Exchange
 from adapters.inbound._shared.limits import deep_json
-from domain.errors import GatewayError, HeadersTooLarge, MethodNotAllowed
+from domain.errors import GatewayError, HeadersTooLarge, MethodNotAllowed, NotFound
 from ports.telemetry import RequestObserver
 
 log = logging.getLogger("gateway.edge")
@@ -124,3 +125,19 @@ def asgi_endpoint(
         await serve(ex, run, errors, observer)
 
     return endpoint
+
+
+ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+async def _no_such_route(ex: Exchange) -> None:
+    path = ex.scope.get("raw_path", b"").decode("latin-1", "replace") or ex.record.route
+    raise NotFound(f"There is no route {path.split('?')[0]!r} on this gateway.")
+
+
+def not_found_route(
+    surface: str, prefix: str, errors: ErrorRenderer, observer: RequestObserver, header_limit: int = 0
+) -> Route:
+    """A mount under `prefix` answering unknown paths with 404 in the dialect's own shape."""
+    endpoint = asgi_endpoint(surface, prefix + "/*", ALL_METHODS, _no_such_route, errors, observer, header_limit)
+    return Route(prefix, ALL_METHODS, endpoint, mount=True)

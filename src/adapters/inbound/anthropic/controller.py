@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, cast
 
 from adapters.inbound._shared.dialect import EdgeContext, Route
-from adapters.inbound._shared.endpoint import Work, asgi_endpoint
+from adapters.inbound._shared.endpoint import Work, asgi_endpoint, not_found_route
 from adapters.inbound._shared.exchange import Exchange
 from adapters.inbound.anthropic.errors import AnthropicErrors
 from adapters.inbound.anthropic.mapping import (
@@ -48,6 +48,7 @@ def routes(context: EdgeContext) -> list[Route]:
         route("/llm/v1/messages", ("POST",), controller.messages),
         route("/llm/v1/messages/count_tokens", ("POST",), controller.count_tokens),
         route("/llm/v1/models", ("GET",), controller.models),
+        not_found_route(SURFACE, "/llm", ERRORS, context.observer, header_limit),
     ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from adapters.inbound._shared.dialect import EdgeContext, Route
-from adapters.inbound._shared.endpoint import Work, asgi_endpoint
+from adapters.inbound._shared.endpoint import Work, asgi_endpoint, not_found_route
 from adapters.inbound._shared.exchange import Exchange
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.openai.errors import renderer
@@ -131,4 +131,5 @@ def routes(context: EdgeContext) -> list[Route]:
             ("GET",),
             asgi_endpoint(SURFACE, "/v1/models", ("GET",), models, renderer, observer, header_limit),
         ),
+        not_found_route(SURFACE, "/v1", renderer, observer, header_limit),
     ]
