@@ -92,9 +92,14 @@ def _telemetry(config: Config) -> Iterator[OtelTelemetry | None]:
 def _upstream_clients(
     config: Config, session_resource: Any, tracing: OtelTelemetry | None
 ) -> dict[str, AiohttpUpstreamClient]:
+    opened: list[aiohttp.ClientSession] = []
+
     def session() -> aiohttp.ClientSession:
-        # An initialised async Resource hands out a finished future of its instance.
-        return session_resource().result()  # type: ignore[no-any-return]
+        # An initialised async Resource hands out a finished future of its instance;
+        # the session lives as long as the app, so it is looked up once.
+        if not opened or opened[0].closed:
+            opened[:] = [session_resource().result()]
+        return opened[0]
 
     return {
         name: AiohttpUpstreamClient(

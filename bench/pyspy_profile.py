@@ -1,0 +1,136 @@
+"""Profile the gateway under load with py-spy: where does the time go?
+
+    .venv/bin/pip install py-spy          # once (not a project dependency)
+    .venv/bin/python bench/pyspy_profile.py --scenario v1 --concurrency 64 --seconds 10
+
+Starts the stub (CPU 0, with wrk) and the gateway (CPU 1), drives one scenario with wrk and
+samples the gateway with `py-spy record` meanwhile. Writes bench/out/profile-<scenario>.svg
+(flame graph) and .txt (collapsed stacks), and prints the top functions by self and by
+inclusive share of the samples, and the self share per package. Loopback only; bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import drive
+import targets as t
+
+OUT = Path(__file__).resolve().parent / "out"
+PACKAGES = [  # (label, pattern on the frame's file as py-spy shortens it); first match wins
+    ("gateway src", re.compile(r"^(adapters|application|domain|ports)/|^(bootstrap|serving|config)\.py")),
+    ("litestar", re.compile(r"^litestar/")), ("uvicorn", re.compile(r"^uvicorn/")),
+    ("aiohttp (+yarl, multidict)", re.compile(r"^(aiohttp|yarl|multidict)/")),
+    ("msgspec", re.compile(r"msgspec")), ("opentelemetry", re.compile(r"^opentelemetry/")),
+    ("prometheus_client", re.compile(r"^prometheus_client/")), ("logging", re.compile(r"^logging/")),
+    ("asyncio (Python part)", re.compile(r"^asyncio/")),
+]
+LOOP = "event loop + socket I/O in C (uvloop; leaf = Runner.run)"
+FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
+
+
+def package(func: str, path: str) -> str:
+    if func == "Runner.run":
+        return LOOP
+    return next((label for label, pattern in PACKAGES if pattern.search(path)), "other stdlib")
+
+
+def summarise(collapsed: Path, top: int) -> str:
+    self_time: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    by_package: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [f for f in stack.split(";") if FRAME.match(f)]
+        if not frames:
+            continue
+        total += count
+        names = []
+        for frame in frames:
+            m = FRAME.match(frame)
+            assert m is not None
+            short = re.sub(r"^.*/(site-packages|src|lib/python3\.\d+)/", "", m["file"])
+            names.append(f"{m['func']} ({short})")
+        self_time[names[-1]] += count
+        # Inclusive time below the event loop: the frames above it are in every sample.
+        below = [i for i, name in enumerate(names) if name.startswith("Runner.run ")]
+        if below:
+            names = names[below[0] + 1:] or names[-1:]
+        leaf = FRAME.match(frames[-1])
+        assert leaf is not None
+        by_package[package(leaf["func"], leaf["file"])] += count
+        for name in set(names):
+            inclusive[name] += count
+    if not total:
+        return "no samples"
+
+    def block(title: str, counter: collections.Counter[str]) -> list[str]:
+        return [title] + [f"  {100 * n / total:5.1f}%  {name}" for name, n in counter.most_common(top)]
+
+    lines = [f"{total} samples (on-CPU only; stacks py-spy could not unwind fully count for self time only)"]
+    lines += block("self time by package:", by_package)
+    lines += block(f"top {top} functions by self time:", self_time)
+    lines += block(f"top {top} functions by inclusive time:", inclusive)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenario", choices=[s.key for s in drive.SCENARIOS], default="v1")
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--summarise", metavar="TXT", help="only print the summary of a recorded .txt")
+    args = p.parse_args(argv)
+    if args.summarise:
+        print(summarise(Path(args.summarise), args.top))
+        return 0
+    seconds = min(args.seconds, 60.0)
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not os.access(py_spy, os.X_OK) or drive.wrk_binary() is None:
+        print("profile: needs py-spy (.venv/bin/pip install py-spy) and wrk (bench/run installs it)")
+        return 2
+    scenario = next(s for s in drive.SCENARIOS if s.key == args.scenario)
+    cpus = sorted(os.sched_getaffinity(0))
+    load, target = ({cpus[0]}, {cpus[1]}) if len(cpus) > 1 else (None, None)
+    OUT.mkdir(exist_ok=True)
+    stem = OUT / f"profile-{args.scenario}-c{args.concurrency}"
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        procs = t.Procs(Path(tmp))
+        try:
+            stub = t.start_stub(procs, load, 20)
+            gateway = t.start_gateway(procs, target, stub.url)
+            url = gateway.url + (drive.path_for(scenario, gateway.messages_path) or "")
+            drive.run_load(url, scenario, {}, args.concurrency, 2, Path(tmp), load, "wrk")  # warm-up
+            assert gateway.proc is not None
+            spy = [py_spy, "record", "--pid", str(gateway.proc.pid), "--rate", str(args.rate),
+                   "--duration", str(round(seconds)), "--nonblocking"]
+            recorders = [subprocess.Popen([*spy, "--format", fmt, "-o", f"{stem}.{ext}"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         for fmt, ext in (("flamegraph", "svg"), ("raw", "txt"))]
+            result = drive.run_load(url, scenario, {}, args.concurrency, seconds + 1, Path(tmp), load, "wrk")
+            for recorder in recorders:
+                recorder.wait(timeout=seconds + 30)
+        finally:
+            procs.stop_all()
+    print(f"{scenario.label} c={args.concurrency}: {result.get('rps', 0):.0f} req/s under py-spy "
+          f"(two samplers at {args.rate} Hz slow it down); {stem}.svg")
+    print(summarise(Path(f"{stem}.txt"), args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
