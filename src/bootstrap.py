@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from dependency_injector import containers, providers
@@ -26,19 +26,22 @@ from adapters.inbound import anthropic, openai
 from adapters.inbound._shared.dialect import EdgeContext, InboundDialect
 from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
+from adapters.inbound.fast_path import FastPath
 from adapters.inbound.operations import operations_routes
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import AiohttpUpstreamClient
-from adapters.outbound.otel_tracing import OtelTelemetry, tracing_wanted
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
-from adapters.outbound.redis_gate import RedisAdmissionGate
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
 from config import Config, ConfigError, dump_config, load_config, parse_listen
 from domain.admission import AdmissionPolicy
 from domain.routing import ModelRouter
+
+if TYPE_CHECKING:  # imported where used: a process without Redis or tracing never loads them
+    from adapters.outbound.otel_tracing import OtelTelemetry
+    from adapters.outbound.redis_gate import RedisAdmissionGate
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
 DIALECTS: list[InboundDialect] = [openai.dialect, anthropic.dialect]
@@ -78,6 +81,8 @@ def _policies(config: Config) -> dict[str, AdmissionPolicy | None]:
 
 def _telemetry(config: Config) -> Iterator[OtelTelemetry | None]:
     """Tracing only when an exporter is configured: otherwise no spans are made at all."""
+    from adapters.outbound.otel_tracing import OtelTelemetry, tracing_wanted
+
     telemetry = config.telemetry
     if not tracing_wanted(telemetry.otlp_endpoint):
         yield None
@@ -121,6 +126,8 @@ def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAd
     if shared.backend == "memory":
         return InMemoryAdmissionGate(_policies(config), clock)
     assert shared.redis_url is not None  # config checks it
+    from adapters.outbound.redis_gate import RedisAdmissionGate
+
     return RedisAdmissionGate(
         _policies(config), clock, shared.redis_url, shared.lease_seconds, shared.key_prefix,
         on_fenced=_fenced,
@@ -170,8 +177,12 @@ def _input_limits(config: Config) -> InputLimits:
     )
 
 
-def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) -> Litestar:
-    """The Litestar app serving every registered dialect plus the operations endpoints."""
+def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) -> FastPath:
+    """The ASGI app serving every registered dialect plus the operations endpoints.
+
+    Litestar routes everything; exact dialect paths are also dispatched directly by
+    `FastPath` in front of it (see there why).
+    """
     container = Container(config=config)
     context = EdgeContext(
         service=container.service(),
@@ -181,8 +192,11 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
         limits=_input_limits(config),
     )
     handlers = []
+    exact: dict[str, Any] = {}
     for dialect in DIALECTS if dialects is None else dialects:
         for route in dialect.routes(context):
+            if not route.mount:
+                exact[route.path] = route.endpoint
             handlers.append(asgi(route.path, copy_scope=route.mount, is_mount=route.mount,
                                  name=f"{dialect.name}:{route.path}")(route.endpoint))
     metrics, lifecycle = container.metrics(), container.lifecycle()
@@ -192,13 +206,14 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await container.init_resources()  # type: ignore[misc]
-        gate = container.gate()
-        if isinstance(gate, RedisAdmissionGate):
+        gate: Any = container.gate()
+        shared = hasattr(gate, "start")  # a shared (Redis) gate has a lifespan of its own
+        if shared:
             await gate.start()
         try:
             yield
         finally:
-            if isinstance(gate, RedisAdmissionGate):
+            if shared:
                 await gate.close()
             await container.shutdown_resources()  # type: ignore[misc]
 
@@ -214,7 +229,7 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
     # The server's protocol bounds the request head below the app (SECURITY.md); serving reads it.
     server = config.server
     app.state.http_protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
-    return app
+    return FastPath(app, exact)
 
 
 # --- CLI ---------------------------------------------------------------------------
@@ -231,7 +246,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     grace = config.server.drain_grace_seconds
 
-    def build() -> tuple[Litestar, Any]:
+    def build() -> tuple[FastPath, Any]:
         app = build_app(config)
         container = app.state.container
         return app, serving.make_drain(container.lifecycle(), container.gate(), grace)
