@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from adapters.outbound.idle_signal import IdleSignal
 from domain.admission import AdmissionPolicy, Cancel, Outcome, SlotLedger
 from domain.errors import Draining, QueueFull, QueueTimeout
 from ports.admission import GateSnapshot
@@ -166,7 +167,7 @@ class InMemoryAdmissionGate:
         self._clock = clock
         self._ups = {key: _Upstream(key, policy) for key, policy in policies.items()}
         self._draining = False
-        self._idle: asyncio.Event | None = None
+        self._idle = IdleSignal(self._is_idle)
 
     async def enter(self, upstream: str) -> _Lease | _Ticket:
         """A lease, or a queue ticket; KeyError for an upstream not configured."""
@@ -233,17 +234,7 @@ class InMemoryAdmissionGate:
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until no lease is held; False if `timeout` passes first."""
-        if self._is_idle():
-            return True
-        event = self._idle
-        if event is None:
-            event = self._idle = asyncio.Event()
-        try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-        except TimeoutError:
-            return self._is_idle()
-        return True
+        return await self._idle.wait(timeout)
 
     # -- internals ---------------------------------------------------------------------
 
@@ -257,10 +248,7 @@ class InMemoryAdmissionGate:
             for tid in ledger.release(ticket, now):
                 waiters.pop(tid)._nudge()  # granted: its next `_settle` takes the lease
             self._expire(up, now)  # report tickets that lapsed during the release
-        event = self._idle
-        if event is not None and self._is_idle():
-            self._idle = None
-            event.set()
+        self._idle.check()
 
     def _expire(self, up: _Upstream, now: float) -> None:
         ledger = up.ledger

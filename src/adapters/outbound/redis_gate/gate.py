@@ -125,17 +125,7 @@ class RedisAdmissionGate(LedgerCore):
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until this process holds no lease; False if `timeout` passes first."""
-        if self._is_idle():
-            return True
-        event = self._idle
-        if event is None:
-            event = self._idle = asyncio.Event()
-        try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-        except TimeoutError:
-            return self._is_idle()
-        return True
+        return await self._idle.wait(timeout)
 
     # -- enter and its tickets ---------------------------------------------------------
 

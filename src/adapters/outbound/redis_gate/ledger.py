@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.background import REDIS_DOWN
 from adapters.outbound.redis_gate.tickets import EXPIRED, LOST, WAITING, RedisLease, RedisTicket
@@ -100,7 +101,7 @@ class LedgerCore:
         self._loops: list[asyncio.Task[None]] = []
         self._subscribed = asyncio.Event()
         self._draining = self._closed = False
-        self._idle: asyncio.Event | None = None
+        self._idle = IdleSignal(self._is_idle)
         self.fence_count = 0
 
     # -- script calls ------------------------------------------------------------------
@@ -270,7 +271,4 @@ class LedgerCore:
         return not self._held and all(up.open == 0 for up in self._ups.values())
 
     def _check_idle(self) -> None:
-        event = self._idle
-        if event is not None and self._is_idle():
-            self._idle = None
-            event.set()
+        self._idle.check()
