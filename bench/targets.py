@@ -220,9 +220,21 @@ def start_stub(procs: Procs, cpus: set[int] | None, tokens: int) -> Target:
 def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
     port = free_port()
     config = procs.workdir / "gateway.toml"
+    # BENCH_GATEWAY_WORKERS=N: N processes sharing one cap on the Redis ledger (issue 8
+    # item 4); the upstream then has an admission table (a cap far above the load).
+    workers = os.environ.get("BENCH_GATEWAY_WORKERS")
+    shared, admission = "", ""
+    if workers:
+        redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+        shared = f'workers = {int(workers)}\n\n[admission]\nbackend = "redis"\nredis_url = "{redis_url}"\n'
+        shared += 'key_prefix = "bench"\n'
+        admission = (
+            "[upstreams.stub.admission]\nsequence_slots = 1025\nmax_in_flight = 1024\n"
+            "queue_depth = 1024\nqueue_timeout_seconds = 30\n"
+        )
     config.write_text(
-        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n\n'
-        f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n'
+        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n{shared}\n'
+        f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n{admission}'
     )
     argv = [sys.executable, "-m", "bootstrap", "serve", "--config", str(config)]
     proc, log = procs.spawn("gateway", argv, cpus)

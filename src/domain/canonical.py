@@ -206,10 +206,14 @@ class StreamChunk(Struct, kw_only=True):
 
     One frame may carry several events (a finish and usage, say) or none (a keep-alive).
     `native` lets a dialect with the upstream's wire format relay the frame untouched.
+    `flush` is False when another chunk decoded from the same upstream read follows at
+    once: a dialect may hold this chunk's frames and send them with the next chunk's,
+    in one write. The last chunk of a read always has `flush` True.
     """
 
     events: list[StreamEvent]
     native: NativePayload | None = None
+    flush: bool = True
 
 
 class QueuePosition(Struct, tag="queue", kw_only=True):

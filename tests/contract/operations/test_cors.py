@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import aiohttp
-
 from tests.support.processes import Processes, upstream_toml
 
 ORIGIN = "https://chat.riotpiao.com"

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from tests.support.anthropic_grammar import check_anthropic_stream
 from tests.unit.anthropic.asgi_fakes import ANSWER, BODY, FakeService, call, chunk, frames
 
 from domain.canonical import QueuePosition, StreamError
-from domain.errors import NotSupported, QueueFull, QueueTimeout
+from domain.errors import NotSupported, QueueFull, QueueTimeout, UpstreamError
 
 
 async def test_non_streaming_message() -> None:
@@ -42,6 +43,27 @@ async def test_stream_admitted_at_once_starts_with_message_start_and_flushes_eac
     record = observer.records[0]
     assert (record.finish_reason, record.input_tokens, record.output_tokens) == ("end_turn", 2, 1)
     assert record.stream and record.first_token_seconds is not None and record.queue_wait_seconds is None
+
+
+async def test_chunks_of_one_upstream_read_go_out_in_one_send() -> None:
+    first, second, last = ANSWER
+    script = [msgspec.structs.replace(first, flush=False), msgspec.structs.replace(second, flush=False), last]
+    result, _ = await call(FakeService(script), "/llm/v1/messages", {**BODY, "stream": True})
+    assert result.status == 200
+    assert len(result.chunks) == 2  # the read's frames in one send, then the end
+    assert result.chunks[0].startswith(b"event: message_start\n")
+    assert b"content_block_delta" in result.chunks[0]
+    check_anthropic_stream(result.body)
+
+
+async def test_held_frames_go_out_before_a_mid_read_failure() -> None:
+    first, second, _ = ANSWER
+    script = [msgspec.structs.replace(first, flush=False), msgspec.structs.replace(second, flush=False),
+              UpstreamError("connection reset")]  # fmt: skip
+    result, _ = await call(FakeService(script), "/llm/v1/messages", {**BODY, "stream": True})
+    assert result.status == 200
+    body = result.body
+    assert body.index(b"event: message_start") < body.index(b"content_block_delta") < body.index(b"event: error")
 
 
 async def test_queued_stream_sends_queue_frames_then_keep_alives_then_the_message() -> None:

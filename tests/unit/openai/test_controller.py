@@ -224,6 +224,29 @@ async def test_upstream_failure_after_start_ends_the_stream_with_an_error_frame(
     assert edge.gate.in_use == 0 and edge.upstream.closed == 1
 
 
+def held(c: StreamChunk) -> StreamChunk:
+    """`c` as decoded from an upstream read with more chunks still to come."""
+    return msgspec.structs.replace(c, flush=False)
+
+
+async def test_chunks_of_one_upstream_read_go_out_in_one_send() -> None:
+    edge = Edge(FakeUpstream([held(NATIVE[0]), held(NATIVE[1]), NATIVE[2], held(NATIVE[3])]))
+    await edge.call("/v1/chat/completions", {**REQUEST, "stream": True})
+    bodies = [m["body"] for m in edge.sent[1:]]
+    assert [frames(b) for b in bodies] == [
+        [c.native.data for c in NATIVE[:3] if c.native], [b"[DONE]"]
+    ]  # the held usage-only chunk produced nothing; [DONE] ends the stream
+    assert edge.sent[-1].get("more_body") is not True
+
+
+async def test_held_frames_go_out_before_a_mid_read_failure() -> None:
+    edge = Edge(FakeUpstream([held(NATIVE[0]), held(NATIVE[1])], fail_after=UpstreamError("connection reset")))
+    await edge.call("/v1/chat/completions", {**REQUEST, "stream": True})
+    out = frames(edge.body)
+    assert out[:2] == [c.native.data for c in NATIVE[:2] if c.native]
+    assert dec(out[2])["error"]["code"] == "upstream-error" and out[3:] == [b"[DONE]"]
+
+
 async def test_hang_up_mid_stream_closes_the_upstream_and_frees_the_slot() -> None:
     edge = Edge(FakeUpstream(NATIVE[:2], hang=True))
     edge.hang_up_after_frames = 2

@@ -110,6 +110,15 @@ def make_app(state: Upstream) -> web.Application:
                 request.transport.abort()
                 return resp
             await asyncio.sleep(30)
+        if model == "burst":  # three frames in one write, then the end in another
+            resp = await sse(request, [], end=False)
+            await resp.write(b"".join(
+                b'data: {"id":"b","choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % t for t in (b"a", b"b")
+            ) + b'data: {"id":"b","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n')
+            await asyncio.sleep(0.05)
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
         if model == "endless":
             frame = b'data: {"id":"e","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
             resp = await sse(request, [], end=False)
@@ -176,6 +185,12 @@ async def test_stream_yields_canonical_chunks(up: Upstream) -> None:
     assert all(c.native is not None for c in chunks)
     assert up.bodies[0]["stream"] is True
     assert up.bodies[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_chunks_of_one_read_are_flagged_for_one_send(up: Upstream) -> None:
+    chunks = await collect(up.client(), request("burst"))
+    assert [c.flush for c in chunks[:3]] == [False, False, True]  # only the read's last one flushes
+    assert all(c.flush for c in chunks[3:])
 
 
 async def test_finished_stream_returns_its_connection_to_the_pool(up: Upstream) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import suppress
 from typing import Any, cast
 
 from adapters.inbound._shared.dialect import EdgeContext, Route
@@ -31,7 +32,6 @@ from domain.errors import GatewayError, NotSupported
 
 _JSON = b"application/json"
 _SSE = b"text/event-stream"
-_END = object()  # the service stream is exhausted
 ERRORS = AnthropicErrors()
 
 
@@ -52,12 +52,61 @@ def routes(context: EdgeContext) -> list[Route]:
     ]
 
 
-async def _next(items: AsyncIterator[Any]) -> Any:
-    """The next item, or `_END`; StopAsyncIteration must not escape into a task."""
-    try:
-        return await anext(items)
-    except StopAsyncIteration:
-        return _END
+class _Pinger:
+    """One task per stream: after `interval` seconds with nothing sent, a ping inside the
+    message, a keep-alive comment before it (queued), nothing before the response started.
+
+    Every send of the stream goes through `send`, under one lock, so a ping never
+    interleaves with a frame; the pinger skips a tick while a send is under way.
+    """
+
+    __slots__ = ("_ex", "_interval", "_last_sent", "_lock", "_loop", "_machine", "_task")
+
+    def __init__(self, ex: Exchange, machine: AnthropicStream, interval: float) -> None:
+        self._ex = ex
+        self._machine = machine
+        self._interval = interval
+        self._loop = loop = asyncio.get_running_loop()
+        self._lock = asyncio.Lock()
+        self._last_sent = loop.time()
+        self._task: asyncio.Task[None] | None = loop.create_task(self._run())
+
+    async def start(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Start the response (under the lock: no ping may race the response head)."""
+        async with self._lock:
+            await self._ex.start_stream(200, _SSE, headers)
+
+    async def send(self, data: bytes) -> None:
+        async with self._lock:
+            try:
+                await self._ex.send_chunk(data)
+            finally:
+                self._last_sent = self._loop.time()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait((task,))
+
+    async def _run(self) -> None:
+        loop, ex, lock = self._loop, self._ex, self._lock
+        while True:
+            delay = self._last_sent + self._interval - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            if lock.locked():  # a frame is being sent: that counts as sending
+                self._last_sent = loop.time()
+                continue
+            if not ex.started:  # nothing may be sent yet: wait a whole interval again
+                self._last_sent = loop.time()
+                continue
+            frame = PING if self._machine.in_message else KEEP_ALIVE
+            try:
+                await self.send(frame)
+            except Exception:  # the client is gone or the send failed: the handler finds out
+                return
 
 
 def _failure(event: StreamError) -> GatewayError:
@@ -118,73 +167,65 @@ class AnthropicController:
         await ex.respond(200, body, _JSON, [(b"request-id", ex.request_id.encode())])
 
     async def _stream(self, ex: Exchange, request: ChatRequest) -> None:
-        """Relay the service stream, flushing each chunk's frames at once.
+        """Relay the service stream; the frames of one upstream read go out in one send.
 
-        The next item is awaited in its own task with a timeout, so that a ping can be
-        sent while tokens are slow without cancelling (and so closing) the generator.
+        Items are awaited directly; one `_Pinger` task per stream sends a ping (or a
+        keep-alive comment) when nothing was sent for `ping_interval` seconds, so slow
+        tokens never need a timeout around the generator (which would close it).
         """
         items = cast(AsyncGenerator[Any, None], self._service.stream(request, report_queue=True, record=ex.record))
         machine = AnthropicStream(request.model)
         headers = [(b"request-id", ex.request_id.encode())]
-        loop = asyncio.get_running_loop()
         record = ex.record
         queued_at: float | None = None
         admitted = False
-        last_sent = loop.time()
-        pending: asyncio.Task[Any] | None = None
-        tail: list[bytes] = []
+        held: list[bytes] = []  # frames of this upstream read so far, not yet sent
+        pinger = _Pinger(ex, machine, self._ping)
         try:
-            while True:
-                if pending is None:
-                    pending = loop.create_task(_next(items))
-                if not pending.done():
-                    timeout = max(0.0, last_sent + self._ping - loop.time())
-                    done, _ = await asyncio.wait((pending,), timeout=timeout)
-                    if not done:
-                        if ex.started:  # queued: comments; in the message: pings
-                            await ex.send_chunk(PING if machine.in_message else KEEP_ALIVE)
-                        last_sent = loop.time()
+            try:
+                async for item in items:
+                    if type(item) is QueuePosition:
+                        if not admitted:
+                            if not ex.started:
+                                queued_at = ex.elapsed()
+                                await pinger.start(headers)
+                            await pinger.send(queue_frame(item.position, item.queued))
                         continue
-                item, pending = pending.result(), None
-                if item is _END:
-                    break
-                if isinstance(item, QueuePosition):
                     if not admitted:
+                        admitted = True
+                        if queued_at is not None:
+                            record.queue_wait_seconds = ex.elapsed() - queued_at
+                    frames = machine.feed_many(item.events)
+                    if machine.closed:
+                        held += frames
+                        break
+                    if frames:
                         if not ex.started:
-                            queued_at = ex.elapsed()
-                            await ex.start_stream(200, _SSE, headers)
-                        await ex.send_chunk(queue_frame(item.position, item.queued))
-                        last_sent = loop.time()
-                    continue
-                if not admitted:
-                    admitted = True
-                    if queued_at is not None:
-                        record.queue_wait_seconds = ex.elapsed() - queued_at
-                frames = machine.feed_many(item.events)
-                if machine.closed:
-                    tail = frames
-                    break
-                if frames:
-                    if not ex.started:
-                        await ex.start_stream(200, _SSE, headers)
-                    if record.first_token_seconds is None and machine.blocks:
-                        record.first_token_seconds = ex.elapsed()
-                    await ex.send_chunk(b"".join(frames))
-                    last_sent = loop.time()
+                            await pinger.start(headers)
+                        if record.first_token_seconds is None and machine.blocks:
+                            record.first_token_seconds = ex.elapsed()
+                        held += frames
+                    if held and item.flush:
+                        data = b"".join(held)
+                        held.clear()
+                        await pinger.send(data)
+            except Exception:
+                if held and ex.started and not ex.gone:  # what arrived before the failure goes first
+                    data = b"".join(held)
+                    held.clear()
+                    with suppress(Exception):  # the failure being raised matters more
+                        await pinger.send(data)
+                raise
         finally:
-            if pending is not None and not pending.done():
-                pending.cancel()  # runs the generator's cleanup: slot released, upstream closed
-                await asyncio.wait((pending,))
-                if not pending.cancelled():
-                    pending.exception()  # retrieved: a failure past a hang-up has no one to tell
-            await items.aclose()
-        tail += machine.finish()
+            await pinger.stop()
+            await items.aclose()  # a no-op after a hang-up: the cancellation already closed it
+        held += machine.finish()
         self._record_end(ex, machine)
         if not ex.started:
             if machine.failure is not None and not machine.message_started:
                 raise _failure(machine.failure)
             await ex.start_stream(200, _SSE, headers)
-        await ex.end_stream(b"".join(tail))
+        await ex.end_stream(b"".join(held))
 
     @staticmethod
     def _record_end(ex: Exchange, machine: AnthropicStream) -> None:

@@ -292,7 +292,10 @@ class _ChunkStream:
             if self._eof or self._mapper.phase is Phase.FAILED:
                 raise StopAsyncIteration
             await self._read()
-        return pending.popleft()
+        chunk = pending.popleft()
+        if pending:  # more of the same read follows at once: the consumer may batch
+            chunk.flush = False
+        return chunk
 
     def close(self) -> None:
         """Abort unless the body was read to its end (then the pool already has it)."""
