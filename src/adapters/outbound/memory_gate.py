@@ -171,11 +171,11 @@ class InMemoryAdmissionGate:
 
     async def enter(self, upstream: str) -> _Lease | _Ticket:
         """A lease, or a queue ticket; KeyError for an upstream not configured."""
-        if self._draining:
-            raise Draining(1)
         up = self._ups[upstream]
         ledger = up.ledger
         if ledger is None:
+            if self._draining:
+                raise Draining(1)
             up.open += 1
             up.admitted += 1
             return _Lease(self, up, 0)
@@ -192,7 +192,7 @@ class InMemoryAdmissionGate:
             return ticket
         if outcome is Outcome.REJECTED:
             raise QueueFull(decision.retry_after)
-        raise Draining(decision.retry_after)
+        raise Draining(decision.retry_after)  # closed by `drain`; the ledger counted it
 
     def snapshot(self, upstream: str) -> GateSnapshot:
         up = self._ups[upstream]

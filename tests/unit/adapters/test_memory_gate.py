@@ -230,3 +230,22 @@ async def test_drain_fails_waiters_refuses_entries_and_lets_leases_finish() -> N
     await uncapped.release()
     assert await idle is True
     assert gate.counters("reasoning")["drained"] == 2
+
+
+async def test_refusals_while_draining_are_counted() -> None:
+    from adapters.outbound.memory_gate import InMemoryAdmissionGate
+    from domain.admission import AdmissionPolicy
+    from domain.errors import Draining
+
+    class Clock:
+        def now(self) -> float:
+            return 0.0
+
+    gate = InMemoryAdmissionGate(
+        {"capped": AdmissionPolicy(max_in_flight=1, queue_depth=1, queue_timeout_seconds=5), "open": None}, Clock()
+    )
+    gate.drain()
+    for upstream in ("capped", "open"):
+        with pytest.raises(Draining):
+            await gate.enter(upstream)
+    assert gate.counters("capped")["rejected_draining"] == 1
