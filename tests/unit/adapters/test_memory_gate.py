@@ -233,10 +233,6 @@ async def test_drain_fails_waiters_refuses_entries_and_lets_leases_finish() -> N
 
 
 async def test_refusals_while_draining_are_counted() -> None:
-    from adapters.outbound.memory_gate import InMemoryAdmissionGate
-    from domain.admission import AdmissionPolicy
-    from domain.errors import Draining
-
     class Clock:
         def now(self) -> float:
             return 0.0
