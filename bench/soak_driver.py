@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 UPSTREAM = MODEL = "chaos"
 CAP, QUEUE = 4, 8
 PATHS = {"v1": "/v1/chat/completions", "llm": "/llm/v1/messages"}
 SERVER_EXTRA = "queue_update_interval_seconds = 0.2\n"
-_SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 _STUB_LINE = re.compile(r"max_concurrent=(\d+).*?(?: fault=(\S+))?$")
 
 
@@ -193,13 +192,7 @@ async def drive(base: str, count: int, concurrency: int, seed: int, *, offset: i
 
 
 def metric_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    out = []
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is not None:
-            name, labels, value = match.groups()
-            out.append((name, dict(_LABEL.findall(labels)), float(value)))
-    return out
+    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples]
 
 
 @dataclass

@@ -16,11 +16,10 @@ from typing import Any
 import httpx
 from tests.support.anthropic_grammar import Event
 from tests.support.anthropic_grammar import parse_frames as _parse_frames
+from tests.support.metrics import samples
 from tests.support.processes import Proc
 
 PATHS = {"v1": "/v1/chat/completions", "llm": "/llm/v1/messages"}
-_SERIES = re.compile(r"^gateway_(upstream_\w+|admission_total)\{([^}]*)\} (\S+)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 _START = re.compile(r'^(\S+) chat start in_flight=(\d+) max_concurrent=(\d+) model="([^"]*)"')
 
 
@@ -87,15 +86,13 @@ async def scrape(c: httpx.AsyncClient, gw: Proc, upstream: str = "reasoning") ->
     """One upstream's admission series: `slots_in_use`, `queue_depth`, `admission.<outcome>`..."""
     text = (await c.get(gw.url + "/metrics")).text
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _SERIES.match(line)
-        if match is None:
+    for name, labels, value in samples(text):
+        if labels.get("upstream") != upstream:
             continue
-        name, labels_text, value = match.groups()
-        labels = dict(_LABEL.findall(labels_text))
-        if labels.get("upstream") == upstream:
-            key = f"admission.{labels['outcome']}" if name == "admission_total" else name[len("upstream_"):]
-            out[key] = float(value)
+        if name == "gateway_admission_total":
+            out[f"admission.{labels['outcome']}"] = value
+        elif name.startswith("gateway_upstream_"):
+            out[name[len("gateway_upstream_"):]] = value
     return out
 
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from tests.support.metrics import Sample, gauge, samples
 
 PATHS = {"v1": "/v1/chat/completions", "llm": "/llm/v1/messages"}
-_SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -57,30 +55,12 @@ def data_frames(body: bytes) -> list[str]:
     return out
 
 
-def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(metric, labels, value) of every labelled sample of a Prometheus text page."""
-    out = []
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is not None:
-            name, labels, value = match.groups()
-            out.append((name, dict(_LABEL.findall(labels)), float(value)))
-    return out
-
-
-async def metrics(session: aiohttp.ClientSession, base: str) -> list[tuple[str, dict[str, str], float]]:
+async def metrics(session: aiohttp.ClientSession, base: str) -> list[Sample]:
     async with session.get(base + "/metrics") as resp:
         return samples(await resp.text())
 
 
-def gauge(page: list[tuple[str, dict[str, str], float]], name: str, upstream: str) -> float | None:
-    for metric, labels, value in page:
-        if metric == name and labels.get("upstream") == upstream:
-            return value
-    return None
-
-
-def statuses(page: list[tuple[str, dict[str, str], float]]) -> set[str]:
+def statuses(page: list[Sample]) -> set[str]:
     """Every status counted in `gateway_requests_total`."""
     return {labels["status"] for name, labels, value in page if name == "gateway_requests_total" and value}
 

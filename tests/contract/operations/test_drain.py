@@ -6,6 +6,7 @@ import asyncio
 import signal
 
 import aiohttp
+from tests.support.metrics import gauge, samples
 from tests.support.processes import Processes, upstream_toml
 
 STREAM_LLM = {"model": "reasoning", "max_tokens": 16, "stream": True,
@@ -71,10 +72,8 @@ async def test_readyz_is_ready_before_drain(procs: Processes) -> None:
 
 async def _wait_queue(http: aiohttp.ClientSession, url: str, depth: int) -> None:
     for _ in range(200):
-        text = await (await http.get(f"{url}/metrics")).text()
-        for line in text.splitlines():
-            name, _, value = line.rpartition(" ")
-            if name == 'gateway_upstream_queue_depth{upstream="reasoning"}' and float(value) >= depth:
-                return
+        page = samples(await (await http.get(f"{url}/metrics")).text())
+        if (gauge(page, "gateway_upstream_queue_depth", "reasoning") or 0) >= depth:
+            return
         await asyncio.sleep(0.05)
     raise AssertionError("queue did not fill")

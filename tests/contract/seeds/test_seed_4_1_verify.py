@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tests.support.metrics import gauge, samples
 from tests.support.processes import Processes, upstream_toml
 from tests.support.seeds import seed_gateway_port, seed_shell
 
@@ -92,9 +93,8 @@ def _wait_for_queue(port: int, depth: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
-            for line in response.read().decode().splitlines():
-                if line.startswith('gateway_upstream_queue_depth{upstream="reasoning"}'):
-                    if float(line.split()[-1]) >= depth:
-                        return
+            page = samples(response.read().decode())
+        if (gauge(page, "gateway_upstream_queue_depth", "reasoning") or 0) >= depth:
+            return
         time.sleep(0.05)
     raise AssertionError(f"queue never reached {depth}")
