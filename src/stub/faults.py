@@ -94,17 +94,24 @@ def _open_frames(frames: list[bytes]) -> int:
     return len(frames)
 
 
-async def stream_fault(
-    proto: HttpProtocol, kind: str, head: bytes, frames: list[bytes], keep: bool, hold: float
-) -> None:
-    """Play a fault on a streamed answer (``head`` is the status line and headers)."""
+async def _before_headers(proto: HttpProtocol, kind: str, hold: float) -> bool:
+    """Hold, then play a fault that strikes before any byte; True if one was played."""
     if hold:
         await asyncio.sleep(hold)
     if kind == "reset-before-headers":
         proto.reset()
-        return
+        return True
     if kind == "stall-before-headers":
         await _stall(proto)
+        return True
+    return False
+
+
+async def stream_fault(
+    proto: HttpProtocol, kind: str, head: bytes, frames: list[bytes], keep: bool, hold: float
+) -> None:
+    """Play a fault on a streamed answer (``head`` is the status line and headers)."""
+    if await _before_headers(proto, kind, hold):
         return
     opened = _open_frames(frames)
     some = max(1, opened // 2)  # the role chunk and about half the content: the 200 is out
@@ -120,13 +127,7 @@ async def stream_fault(
 
 async def answer_fault(proto: HttpProtocol, kind: str, payload: bytes, keep: bool, hold: float) -> None:
     """Play a fault on a non-streamed answer (``payload`` is the full 200 response)."""
-    if hold:
-        await asyncio.sleep(hold)
-    if kind == "reset-before-headers":
-        proto.reset()
-        return
-    if kind == "stall-before-headers":
-        await _stall(proto)
+    if await _before_headers(proto, kind, hold):
         return
     head, _, body = payload.partition(b"\r\n\r\n")
     if kind == "malformed-sse":
