@@ -39,7 +39,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick")
     mode.add_argument("--smoke", action="store_const", dest="mode", const="smoke",
                       help="CI form: loadgen driver, direct + ours (+ nginx/LiteLLM if installed)")
-    p.add_argument("--targets", default="direct,nginx,ours,litellm", help="comma list")
+    p.add_argument("--targets", default="direct,nginx,ours,litellm",
+                   help="comma list; also: passthrough (bench/passthrough.py, the bare uvicorn+aiohttp floor)")
     p.add_argument("--concurrency", help="comma list, default 1,16,64")
     p.add_argument("--scenarios", default="v1,v1-stream,llm-stream")
     p.add_argument("--duration", type=float, help="seconds per measured run")
@@ -82,7 +83,7 @@ def start_targets(args: argparse.Namespace, procs: t.Procs, load: set[int] | Non
     started: dict[str, t.Target] = {}
     missing: dict[str, str] = {}
     wanted = args.targets.split(",")
-    starters = {"nginx": peers.start_nginx, "ours": t.start_gateway, "litellm": peers.start_litellm}
+    starters = {"nginx": peers.start_nginx, "passthrough": peers.start_passthrough, "ours": t.start_gateway, "litellm": peers.start_litellm}
     for name in report.TARGET_ORDER:
         if name not in wanted:
             continue
@@ -134,7 +135,7 @@ def measure(args: argparse.Namespace, up: dict[str, t.Target], load: set[int] | 
                     elif scenario.stream:
                         result["ttft_driver"] = "loadgen"
                     cells.setdefault(f"{scenario.key}|{c}|{name}", []).append(result)
-                    print(f"  round {rnd + 1} {scenario.label:<15} c={c:<3} {name:<8} "
+                    print(f"  round {rnd + 1} {scenario.label:<15} c={c:<3} {name:<11} "
                           f"{result.get('rps', 0):>9.0f} req/s  errors {result.get('errors')}  "
                           f"background CPU {result['background_cpu_pct']:.0f}%", flush=True)
                     t.settle(target.pids() + stub_pids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 
 from targets import LITELLM_VENV, MODEL, ROOT, Procs, Target, free_port, litellm_binary, nginx_binary, wait_ready
 
@@ -52,6 +53,16 @@ def start_nginx(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
     proc, log = procs.spawn("nginx", argv, cpus)
     wait_ready(f"http://127.0.0.1:{port}/health", proc, log, 10)
     return Target("nginx", f"http://127.0.0.1:{port}", proc, log)
+
+
+def start_passthrough(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
+    """The framework-free ASGI pass-through (bench/passthrough.py): the floor for our stack."""
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "bench" / "passthrough.py"), "--listen", f"127.0.0.1:{port}",
+            "--upstream", stub_url]
+    proc, log = procs.spawn("passthrough", argv, cpus)
+    wait_ready(f"http://127.0.0.1:{port}/health", proc, log, 20)
+    return Target("passthrough", f"http://127.0.0.1:{port}", proc, log)
 
 
 LITELLM_CONF = """\

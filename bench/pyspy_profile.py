@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import drive
+import peers
 import targets as t
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--target", choices=["ours", "passthrough"], default="ours",
+                   help="passthrough: bench/passthrough.py, the bare uvicorn+aiohttp floor")
     p.add_argument("--summarise", metavar="TXT", help="only print the summary of a recorded .txt")
     args = p.parse_args(argv)
     if args.summarise:
@@ -107,12 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     cpus = sorted(os.sched_getaffinity(0))
     load, target = ({cpus[0]}, {cpus[1]}) if len(cpus) > 1 else (None, None)
     OUT.mkdir(exist_ok=True)
-    stem = OUT / f"profile-{args.scenario}-c{args.concurrency}"
+    stem = OUT / f"profile-{args.target}-{args.scenario}-c{args.concurrency}"
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         procs = t.Procs(Path(tmp))
         try:
             stub = t.start_stub(procs, load, 20)
-            gateway = t.start_gateway(procs, target, stub.url)
+            start = peers.start_passthrough if args.target == "passthrough" else t.start_gateway
+            gateway = start(procs, target, stub.url)
             url = gateway.url + (drive.path_for(scenario, gateway.messages_path) or "")
             drive.run_load(url, scenario, {}, args.concurrency, 2, Path(tmp), load, "wrk")  # warm-up
             assert gateway.proc is not None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-TARGET_ORDER = ["direct", "nginx", "ours", "litellm"]
+TARGET_ORDER = ["direct", "nginx", "passthrough", "ours", "litellm"]
 Cell = dict[str, Any]
 
 
@@ -51,7 +51,7 @@ def _num(value: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def table(cells: dict[str, Cell], scenarios: list[tuple[str, str]], concurrency: list[int]) -> str:
-    head = (f"{'scenario':<15}{'c':>4}  {'target':<8}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'TTFT p50':>10}"
+    head = (f"{'scenario':<15}{'c':>4}  {'target':<12}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'TTFT p50':>10}"
             f"{'errors':>8}{'bg%':>5}{'ours/direct':>13}{'ours/nginx':>12}{'ours/LiteLLM':>14}")
     lines = [head, "-" * len(head)]
     for key, label in scenarios:
@@ -61,13 +61,13 @@ def table(cells: dict[str, Cell], scenarios: list[tuple[str, str]], concurrency:
                 if cell is None:
                     continue
                 if cell.get("unavailable"):
-                    row = f"{label:<15}{c:>4}  {target:<8}{'n/a':>10}  ({cell['unavailable']})"
+                    row = f"{label:<15}{c:>4}  {target:<12}{'n/a':>10}  ({cell['unavailable']})"
                     lines.append(row[:150])
                     continue
                 r = ratios(cells, key, c) if target == "ours" else {}
                 ttft = _num(cell.get("ttft_p50_ms"), "{:.2f}") if key != "v1" else "-"
                 lines.append(
-                    f"{label:<15}{c:>4}  {target:<8}{_num(cell['rps'], '{:.0f}'):>10}{_num(cell['p50_ms']):>9}"
+                    f"{label:<15}{c:>4}  {target:<12}{_num(cell['rps'], '{:.0f}'):>10}{_num(cell['p50_ms']):>9}"
                     f"{_num(cell['p99_ms']):>9}{ttft:>10}{cell['errors']:>8}"
                     f"{_num(cell.get('background_cpu_pct'), '{:.0f}'):>5}"
                     + (f"{_num(r['direct'], '{:.2f}x'):>13}{_num(r['nginx'], '{:.2f}x'):>12}"
