@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from dependency_injector import containers, providers
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
@@ -30,7 +29,7 @@ from adapters.inbound.fast_path import FastPath
 from adapters.inbound.operations import operations_routes
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
-from adapters.outbound.openai_compat import AiohttpUpstreamClient
+from adapters.outbound.openai_compat import OpenAICompatClient
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
@@ -47,24 +46,6 @@ if TYPE_CHECKING:  # imported where used: a process without Redis or tracing nev
 DIALECTS: list[InboundDialect] = [openai.dialect, anthropic.dialect]
 
 log = logging.getLogger("gateway")
-
-
-async def _http_session(config: Config) -> AsyncIterator[aiohttp.ClientSession]:
-    """One pooled client session per process, shared by every upstream."""
-    connector = aiohttp.TCPConnector(
-        # The pool must never be what makes a request wait: admission is the only queue.
-        limit=0,
-        limit_per_host=0,
-        keepalive_timeout=30,
-        enable_cleanup_closed=True,
-    )
-    session = aiohttp.ClientSession(
-        connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
-    )
-    try:
-        yield session
-    finally:
-        await session.close()
 
 
 def _policies(config: Config) -> dict[str, AdmissionPolicy | None]:
@@ -94,21 +75,10 @@ def _telemetry(config: Config) -> Iterator[OtelTelemetry | None]:
         tracing.shutdown()
 
 
-def _upstream_clients(
-    config: Config, session_resource: Any, tracing: OtelTelemetry | None
-) -> dict[str, AiohttpUpstreamClient]:
-    opened: list[aiohttp.ClientSession] = []
-
-    def session() -> aiohttp.ClientSession:
-        # An initialised async Resource hands out a finished future of its instance;
-        # the session lives as long as the app, so it is looked up once.
-        if not opened or opened[0].closed:
-            opened[:] = [session_resource().result()]
-        return opened[0]
-
-    return {
-        name: AiohttpUpstreamClient(
-            session=session,
+def _upstream_clients(config: Config, tracing: OtelTelemetry | None) -> Iterator[dict[str, OpenAICompatClient]]:
+    """One client (and connection pool) per upstream address, closed at shutdown."""
+    clients = {
+        name: OpenAICompatClient(
             name=name,
             base_url=upstream.url,
             connect_timeout=upstream.connect_timeout_seconds,
@@ -118,6 +88,11 @@ def _upstream_clients(
         )
         for name, upstream in config.upstreams.items()
     }
+    try:
+        yield clients
+    finally:
+        for client in clients.values():
+            client.close()
 
 
 def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAdmissionGate:
@@ -143,13 +118,12 @@ class Container(containers.DeclarativeContainer):
     config = providers.Dependency(instance_of=Config)
     clock = providers.Singleton(SystemClock)
     lifecycle = providers.Singleton(serving.Lifecycle)
-    http_session = providers.Resource(_http_session, config)
     router = providers.Singleton(
         lambda c: ModelRouter({n: u.models for n, u in c.upstreams.items()}), config
     )
     gate = providers.Singleton(lambda c, clock: _gate(c, clock), config, clock)
     tracing = providers.Resource(_telemetry, config)
-    upstreams = providers.Singleton(_upstream_clients, config, http_session.provider, tracing)
+    upstreams = providers.Resource(_upstream_clients, config, tracing)
     service = providers.Singleton(
         lambda c, router, upstreams, gate, clock, tracing: ChatService(
             router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing
@@ -205,7 +179,7 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        await container.init_resources()  # type: ignore[misc]
+        container.init_resources()  # every resource is synchronous: nothing to await
         gate: Any = container.gate()
         shared = hasattr(gate, "start")  # a shared (Redis) gate has a lifespan of its own
         if shared:
@@ -215,7 +189,7 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
         finally:
             if shared:
                 await gate.close()
-            await container.shutdown_resources()  # type: ignore[misc]
+            container.shutdown_resources()
 
     cors = (
         CORSConfig(allow_origins=config.server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],

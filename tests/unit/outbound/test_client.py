@@ -1,4 +1,4 @@
-"""`AiohttpUpstreamClient` against a scripted aiohttp server on 127.0.0.1.
+"""`OpenAICompatClient` (over `http_pool`) against a scripted aiohttp server on 127.0.0.1.
 
 The request's `model` picks the server's behaviour, so one server serves every case.
 """
@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from adapters.outbound.openai_compat import AiohttpUpstreamClient
+from adapters.outbound.openai_compat import OpenAICompatClient
 from domain.canonical import (
     ChatRequest,
     Finish,
@@ -48,17 +47,16 @@ COMPLETION = (FIXTURES / "completion_tool_calls.json").read_bytes()
 
 @dataclass
 class Upstream:
-    """The scripted server's address and what it saw, plus the client session."""
+    """The scripted server's address and what it saw."""
 
     url: str = ""
-    session: aiohttp.ClientSession = field(init=False)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     peers: list[object] = field(default_factory=list)
     disconnected: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def client(self, url: str | None = None, **kw: float) -> AiohttpUpstreamClient:
+    def client(self, url: str | None = None, **kw: float) -> OpenAICompatClient:
         timeouts = {"connect_timeout": 1.0, "first_byte_timeout": 2.0, "idle_timeout": 2.0} | kw
-        return AiohttpUpstreamClient(self.session, name="test", base_url=url or self.url, **timeouts)
+        return OpenAICompatClient(name="test", base_url=url or self.url, **timeouts)
 
 
 def error(status: int, message: str, flat: bool = False) -> web.Response:
@@ -149,8 +147,7 @@ async def up() -> AsyncIterator[Upstream]:
     server = TestServer(make_app(state), host="127.0.0.1")
     await server.start_server()
     state.url = str(server.make_url("/"))
-    async with aiohttp.ClientSession() as state.session:
-        yield state
+    yield state
     await server.close()
 
 
@@ -158,7 +155,7 @@ def request(model: str) -> ChatRequest:
     return ChatRequest(model=model, messages=[Message(role="user", content=[TextPart(text="hi")])])
 
 
-async def collect(c: AiohttpUpstreamClient, req: ChatRequest) -> list[StreamChunk]:
+async def collect(c: OpenAICompatClient, req: ChatRequest) -> list[StreamChunk]:
     async with c.open_stream(req) as chunks:
         return [chunk async for chunk in chunks]
 
@@ -306,8 +303,7 @@ async def test_leaving_the_stream_early_aborts_the_upstream(up: Upstream) -> Non
 
 
 async def test_count_tokens(up: Upstream) -> None:
-    session = up.session
-    c = AiohttpUpstreamClient(lambda: session, name="test", base_url=up.url + "/")  # a session factory
+    c = OpenAICompatClient(name="test", base_url=up.url + "/")  # a trailing slash on the root
     assert await c.count_tokens(request("any")) == 7
     with pytest.raises(NotSupported):
         await c.count_tokens(request("no-tokenize"))

@@ -1,6 +1,6 @@
-"""Outbound adapter for OpenAI-compatible model servers (vLLM): aiohttp client,
+"""Outbound adapter for OpenAI-compatible model servers (vLLM): keep-alive HTTP/1.1 client,
 request body mapping, SSE decoding and stream mapping to canonical events."""
 
-from .client import AiohttpUpstreamClient
+from .client import OpenAICompatClient
 
-__all__ = ["AiohttpUpstreamClient"]
+__all__ = ["OpenAICompatClient"]

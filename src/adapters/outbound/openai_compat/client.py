@@ -1,10 +1,9 @@
-"""`UpstreamClient` for one OpenAI-compatible server (vLLM), over aiohttp.
+"""`UpstreamClient` for one OpenAI-compatible server (vLLM), over `adapters.outbound.http_pool`.
 
-Timeouts are our own, not aiohttp's `sock_read`, because the wait for headers and
-the gaps between body reads need different bounds (a non-streaming answer sends
-its headers only when generation is done): `connect_timeout` bounds DNS, pool wait
-and TCP connect, `first_byte_timeout` the wait for the response headers,
-`idle_timeout` every single body read.
+Three timeouts, because the wait for headers and the gaps between body reads need
+different bounds (a non-streaming answer sends its headers only when generation is
+done): `connect_timeout` bounds DNS and TCP connect, `first_byte_timeout` the wait for
+the response headers, `idle_timeout` every single wait for more of the body.
 
 Any exit before a response body's end closes the connection instead of returning
 it to the pool: that is how vLLM learns the client went away and aborts the
@@ -13,18 +12,26 @@ generation. A body read to its end gives the connection back for reuse.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Protocol
+from urllib.parse import urlsplit
 
-import aiohttp
 import msgspec
-from yarl import URL
 
+from adapters.outbound.http_pool import (
+    ConnectFailed,
+    ConnectionBroken,
+    ConnectTimedOut,
+    HttpPool,
+    MalformedResponse,
+    Response,
+    ResponseTimedOut,
+    TransportError,
+)
 from domain.canonical import ChatRequest, ChatResponse, StreamChunk
 from domain.errors import (
     NotSupported,
@@ -41,7 +48,6 @@ from .sse_decoder import SseDecoder, SseOverflow
 from .stream_mapping import Phase, StreamMapper, response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
 
-SessionSource = aiohttp.ClientSession | Callable[[], aiohttp.ClientSession]
 log = logging.getLogger("gateway.upstream")
 
 
@@ -55,16 +61,13 @@ _SSE = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _DRAIN_TIMEOUT = 1.0  # after [DONE], how long to wait for the body's end (pool reuse)
 
 
-class AiohttpUpstreamClient:
+class OpenAICompatClient:
     """One upstream server; share one instance per upstream address."""
 
-    __slots__ = (
-        "_chat_url", "_first_byte", "_idle", "_session", "_timeout", "_tokenize_url", "_tracer", "name",
-    )
+    __slots__ = ("_chat_path", "_first_byte", "_idle", "_pool", "_server", "_tokenize_path", "_tracer", "name")
 
     def __init__(
         self,
-        session: SessionSource,
         *,
         name: str,
         base_url: str,
@@ -76,23 +79,26 @@ class AiohttpUpstreamClient:
         root = base_url.rstrip("/")
         self.name = name
         self._tracer = tracer
-        self._session = session
-        self._chat_url = URL(root + "/v1/chat/completions")
-        self._tokenize_url = URL(root + "/tokenize")
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=connect_timeout, sock_connect=connect_timeout, sock_read=None
-        )
+        self._pool = HttpPool(root, connect_timeout=connect_timeout)
+        base_path = urlsplit(root).path
+        self._chat_path = base_path + "/v1/chat/completions"
+        self._tokenize_path = base_path + "/tokenize"
+        self._server = (self._pool.host, self._pool.port)
         self._first_byte = first_byte_timeout
         self._idle = idle_timeout
 
     def __repr__(self) -> str:
-        return f"AiohttpUpstreamClient({self.name!r}, {str(self._chat_url)!r})"
+        return f"OpenAICompatClient({self.name!r}, {self._pool.origin!r})"
+
+    def close(self) -> None:
+        """Close the idle pooled connections (at shutdown)."""
+        self._pool.close()
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         body = encode_chat(request, stream=False)
         span, headers = self._client_span(request, _JSON)
         try:
-            resp = await self._post(self._chat_url, body, headers)
+            resp = await self._post(self._chat_path, body, headers)
             try:
                 await self._check_status(resp)
                 raw = await self._read_all(resp)
@@ -116,8 +122,8 @@ class AiohttpUpstreamClient:
         span, carrier = self._tracer.start_client(
             f"chat {request.model}",
             {"gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
-             "gateway.upstream": self.name, "server.address": self._chat_url.host or "",
-             "server.port": self._chat_url.port or 0, "gen_ai.request.stream": request.stream},
+             "gateway.upstream": self.name, "server.address": self._server[0],
+             "server.port": self._server[1], "gen_ai.request.stream": request.stream},
         )
         return span, {**headers, **carrier}
 
@@ -126,7 +132,7 @@ class AiohttpUpstreamClient:
 
     async def count_tokens(self, request: ChatRequest) -> int:
         body = encode_tokenize(request)
-        resp = await self._post(self._tokenize_url, body, _JSON)
+        resp = await self._post(self._tokenize_path, body, _JSON)
         try:
             if resp.status == 404:
                 raise NotSupported("upstream has no /tokenize")
@@ -141,56 +147,38 @@ class AiohttpUpstreamClient:
 
     # --- transport -------------------------------------------------------------------
 
-    def _client_session(self) -> aiohttp.ClientSession:
-        source = self._session
-        return source if isinstance(source, aiohttp.ClientSession) else source()
-
-    async def _post(self, url: URL, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+    async def _post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
         """Send `body` and wait for the response headers; failures as domain errors.
 
         `request.request_id` is deliberately not sent as `X-Request-Id`: vLLM uses that
         header as its engine request id, and a client-chosen id reused by concurrent
         requests must not collide inside the engine.
         """
-        session = self._client_session()
         try:
-            async with asyncio.timeout(self._first_byte):
-                return await session.post(url, data=body, headers=headers, timeout=self._timeout)
-        except TimeoutError as exc:  # before ClientError: aiohttp's timeouts are both
-            if isinstance(exc, aiohttp.ServerTimeoutError):
-                raise UpstreamTimeout(f"upstream '{self.name}' connect timed out") from exc
+            return await self._pool.request("POST", path, headers, body, self._first_byte)
+        except ConnectTimedOut as exc:
+            raise UpstreamTimeout(f"upstream '{self.name}' connect timed out") from exc
+        except ResponseTimedOut as exc:
             raise UpstreamTimeout(
                 f"upstream '{self.name}' sent no response within {self._first_byte:g}s"
             ) from exc
-        except aiohttp.ClientConnectionError as exc:
-            # aiohttp's text names the host and port: logged here, never shown to clients.
+        except (ConnectFailed, ConnectionBroken) as exc:
+            # The transport's text names the host and port: logged here, never shown to clients.
             log.warning("upstream %s unreachable: %s", self.name, exc)
             raise UpstreamUnavailable(f"upstream '{self.name}' is unreachable") from exc
-        except aiohttp.ClientResponseError as exc:  # unparsable status line or headers
-            raise UpstreamProtocolError(
-                f"upstream '{self.name}' sent a malformed HTTP response: {' '.join(exc.message.split())}"
-            ) from exc
-        except aiohttp.ClientError as exc:
-            log.warning("upstream %s request failed: %s", self.name, exc)
-            raise UpstreamError(f"upstream '{self.name}' request failed") from exc
+        except MalformedResponse as exc:  # unparsable status line or headers
+            raise UpstreamProtocolError(f"upstream '{self.name}' sent a {exc}") from exc
 
-    async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
-        """The whole body, with `idle_timeout` bounding each read."""
-        content = resp.content
-        body = bytearray()
-        while True:
-            try:
-                async with asyncio.timeout(self._idle):
-                    data = await content.readany()
-            except TimeoutError as exc:
-                raise UpstreamTimeout(self._stalled()) from exc
-            except aiohttp.ClientError as exc:
-                raise UpstreamError(self._broken(exc)) from exc
-            if not data:
-                return bytes(body)
-            body += data
+    async def _read_all(self, resp: Response) -> bytes:
+        """The whole body, with `idle_timeout` bounding each wait for more."""
+        try:
+            return await resp.read_all(self._idle)
+        except ResponseTimedOut as exc:
+            raise UpstreamTimeout(self._stalled()) from exc
+        except TransportError as exc:
+            raise UpstreamError(self._broken(exc)) from exc
 
-    async def _check_status(self, resp: aiohttp.ClientResponse) -> None:
+    async def _check_status(self, resp: Response) -> None:
         """Raise the domain error for a non-2xx answer (the body carries the message)."""
         status = resp.status
         if 200 <= status < 300:
@@ -229,7 +217,7 @@ class _StreamContext(AbstractAsyncContextManager[AsyncIterator[StreamChunk]]):
 
     __slots__ = ("_client", "_request", "_span", "_stream")
 
-    def __init__(self, client: AiohttpUpstreamClient, request: ChatRequest) -> None:
+    def __init__(self, client: OpenAICompatClient, request: ChatRequest) -> None:
         self._client = client
         self._request = request
         self._stream: _ChunkStream | None = None
@@ -240,7 +228,7 @@ class _StreamContext(AbstractAsyncContextManager[AsyncIterator[StreamChunk]]):
         body = encode_chat(request, stream=True)
         self._span, headers = client._client_span(request, _SSE)
         try:
-            resp = await client._post(client._chat_url, body, headers)
+            resp = await client._post(client._chat_path, body, headers)
         except BaseException as exc:
             _end_span(self._span, exc)
             raise
@@ -275,7 +263,7 @@ class _ChunkStream:
 
     __slots__ = ("_client", "_decoder", "_eof", "_mapper", "_pending", "_resp")
 
-    def __init__(self, client: AiohttpUpstreamClient, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, client: OpenAICompatClient, resp: Response) -> None:
         self._client = client
         self._resp = resp
         self._decoder = SseDecoder()
@@ -306,12 +294,11 @@ class _ChunkStream:
         mapper, client = self._mapper, self._client
         timeout = client._idle if not mapper.ended else min(client._idle, _DRAIN_TIMEOUT)
         try:
-            async with asyncio.timeout(timeout):
-                data = await self._resp.content.readany()
-        except TimeoutError:
+            data = await self._resp.read(timeout)
+        except ResponseTimedOut:
             self._end(mapper.fail(UpstreamTimeout(client._stalled())))
             return
-        except aiohttp.ClientError as exc:
+        except TransportError as exc:
             self._end(mapper.fail(UpstreamError(client._broken(exc))))
             return
         if not data:
