@@ -7,6 +7,7 @@ gate's state (shared state, with a shared ledger) rather than a copy kept in ste
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -69,25 +70,45 @@ class PrometheusMetrics:
             "gateway_tokens", "Tokens processed", ["upstream", "model", "direction"], registry=r)
         self._upstream_errors = Counter(
             "gateway_upstream_errors", "Failed requests by error kind", ["upstream", "kind"], registry=r)
+        # `labels()` hashes and validates its arguments on every call: the children are
+        # looked up once per label tuple instead (the label values come from config and
+        # status codes, so these maps stay small).
+        self._request_children: dict[tuple[str, str, int], Any] = {}
+        self._upstream_children: dict[str, tuple[Any, Any, Any]] = {}
+        self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
         return None
 
     def request_finished(self, record: RequestRecord, handle: object = None) -> None:
-        self._requests.labels(record.surface, record.route, str(record.status)).inc()
+        key = (record.surface, record.route, record.status)
+        requests = self._request_children.get(key)
+        if requests is None:
+            requests = self._request_children[key] = self._requests.labels(key[0], key[1], str(key[2]))
+        requests.inc()
         upstream = record.upstream
         if upstream is None:
             return
-        self._duration.labels(upstream).observe(record.duration_seconds)
+        children = self._upstream_children.get(upstream)
+        if children is None:
+            children = self._upstream_children[upstream] = (
+                self._duration.labels(upstream), self._queue_wait.labels(upstream), self._ttft.labels(upstream))
+        duration, queue_wait, ttft = children
+        duration.observe(record.duration_seconds)
         if record.queue_wait_seconds is not None:
-            self._queue_wait.labels(upstream).observe(record.queue_wait_seconds)
+            queue_wait.observe(record.queue_wait_seconds)
         if record.first_token_seconds is not None:
-            self._ttft.labels(upstream).observe(record.first_token_seconds)
-        model = record.model or ""
-        if record.input_tokens:
-            self._tokens.labels(upstream, model, "input").inc(record.input_tokens)
-        if record.output_tokens:
-            self._tokens.labels(upstream, model, "output").inc(record.output_tokens)
+            ttft.observe(record.first_token_seconds)
+        if record.input_tokens or record.output_tokens:
+            model = record.model or ""
+            tokens = self._token_children.get((upstream, model))
+            if tokens is None:
+                tokens = self._token_children[upstream, model] = (
+                    self._tokens.labels(upstream, model, "input"), self._tokens.labels(upstream, model, "output"))
+            if record.input_tokens:
+                tokens[0].inc(record.input_tokens)
+            if record.output_tokens:
+                tokens[1].inc(record.output_tokens)
         if record.error_kind is not None:
             self._upstream_errors.labels(upstream, record.error_kind).inc()
 

@@ -7,11 +7,12 @@ handler has nothing to send. `watch_disconnect` covers that: after the body is r
 a small task waits on `receive()` and cancels the handler when the client leaves.
 """
 
+
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +21,11 @@ from domain.records import RequestRecord
 
 Headers = list[tuple[bytes, bytes]]
 Scope = dict[str, Any]
+
+# The watcher task is started only once a request has run this long: a task, an event
+# wake-up and a cancellation per request cost more than a fast answer itself, and a
+# hang-up is then noticed at most this late.
+_WATCH_AFTER = 0.005
 
 
 class ClientGone(Exception):
@@ -54,7 +60,7 @@ class Exchange:
         self.status = 0
         self.gone = False
         self._cancelled = False
-        self._watcher: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | asyncio.TimerHandle | None = None
         self._task: asyncio.Task[Any] | None = None
         self._t0 = time.perf_counter()
         self.cors_headers: Headers = []
@@ -66,7 +72,7 @@ class Exchange:
             if key == b"x-request-id" and incoming is None:
                 incoming = value
         self.header_bytes = size
-        self.request_id = _usable_request_id(incoming) or uuid.uuid4().hex
+        self.request_id = _usable_request_id(incoming) or os.urandom(16).hex()
         self.record = RequestRecord(
             request_id=self.request_id, surface=surface, route=route,
             method=scope.get("method", "GET"), status=0, duration_seconds=0.0,
@@ -123,7 +129,11 @@ class Exchange:
     def watch_disconnect(self) -> None:
         """Cancel the current task when the client hangs up (call after `read_body`)."""
         self._task = asyncio.current_task()
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        self._watcher = asyncio.get_running_loop().call_later(_WATCH_AFTER, self._start_watching)
+
+    def _start_watching(self) -> None:
+        if not self.finished:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         while True:
@@ -139,8 +149,8 @@ class Exchange:
     def stop_watching(self) -> None:
         """Stop the watcher; after a hang-up, absorb the cancellation it caused."""
         watcher, self._watcher = self._watcher, None
-        if watcher is not None and not watcher.done():
-            watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()  # a pending timer or a running task; either way it stops here
         if self._cancelled and self._task is not None:
             self._cancelled = False
             self._task.uncancel()
