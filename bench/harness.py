@@ -83,7 +83,8 @@ def start_targets(args: argparse.Namespace, procs: t.Procs, load: set[int] | Non
     started: dict[str, t.Target] = {}
     missing: dict[str, str] = {}
     wanted = args.targets.split(",")
-    starters = {"nginx": peers.start_nginx, "passthrough": peers.start_passthrough, "ours": t.start_gateway, "litellm": peers.start_litellm}
+    starters = {"nginx": peers.start_nginx, "passthrough": peers.start_passthrough, "ours": t.start_gateway,
+                "litellm": peers.start_litellm}
     for name in report.TARGET_ORDER:
         if name not in wanted:
             continue
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(cells, labels, args.concurrency))
     print("\npeak RSS (VmHWM, process tree): " + " | ".join(
         f"{n} {v:.1f} MB" if v is not None else f"{n} n/a" for n, v in rss.items()))
+    print(f"gateway interpreter: {t.gateway_python()}")
     results = report.checks(cells, rss) if args.mode != "smoke" else []
     for line in results:
         print(line["text"])
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
               "rounds": args.rounds, "concurrency": args.concurrency, "machine": report.machine(),
               "command": " ".join(["bench/harness.py", *(argv if argv is not None else sys.argv[1:])]),
               "elapsed_s": round(time.monotonic() - began, 1), "cells": cells, "peak_rss_mb": rss,
+              "gateway_python": t.gateway_python(),
               "answered": answered, "unavailable": missing, "checks": results}
     path = report.write_json(Path(args.out), record)
     print(f"\nJSON: {path}  ({record['elapsed_s']} s)")

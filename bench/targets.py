@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 LITELLM_VENV = ROOT / "bench" / ".venv-litellm"
+RUNTIME_VENV = ROOT / "bench" / ".venv-runtime"  # requirements.runtime.lock only, made by bench/run
 MODEL = "bench"
 
 
@@ -217,6 +218,13 @@ def start_stub(procs: Procs, cpus: set[int] | None, tokens: int) -> Target:
     return Target("direct", f"http://127.0.0.1:{port}", proc, log)
 
 
+def gateway_python() -> str:
+    """The interpreter the gateway runs on: BENCH_GATEWAY_PYTHON, else the runtime venv (the
+    packages of the container image), else this one (the dev venv)."""
+    runtime = RUNTIME_VENV / "bin" / "python"
+    return os.environ.get("BENCH_GATEWAY_PYTHON") or (str(runtime) if os.access(runtime, os.X_OK) else sys.executable)
+
+
 def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
     port = free_port()
     config = procs.workdir / "gateway.toml"
@@ -236,7 +244,7 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
         f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n{shared}\n'
         f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n{admission}'
     )
-    argv = [sys.executable, "-m", "bootstrap", "serve", "--config", str(config)]
+    argv = [gateway_python(), "-m", "bootstrap", "serve", "--config", str(config)]
     proc, log = procs.spawn("gateway", argv, cpus)
     wait_ready(f"http://127.0.0.1:{port}/healthz", proc, log, 30)
     return Target("ours", f"http://127.0.0.1:{port}", proc, log, messages_path="/llm/v1/messages")

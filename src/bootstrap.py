@@ -33,6 +33,7 @@ from adapters.outbound.openai_compat import OpenAICompatClient
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
+from adapters.outbound.tracing_switch import tracing_wanted
 from application.chat import ChatService
 from config import Config, ConfigError, dump_config, load_config, parse_listen
 from domain.admission import AdmissionPolicy
@@ -62,12 +63,12 @@ def _policies(config: Config) -> dict[str, AdmissionPolicy | None]:
 
 def _telemetry(config: Config) -> Iterator[OtelTelemetry | None]:
     """Tracing only when an exporter is configured: otherwise no spans are made at all."""
-    from adapters.outbound.otel_tracing import OtelTelemetry, tracing_wanted
-
     telemetry = config.telemetry
     if not tracing_wanted(telemetry.otlp_endpoint):
         yield None
         return
+    from adapters.outbound.otel_tracing import OtelTelemetry
+
     tracing = OtelTelemetry(telemetry.service_name, telemetry.otlp_endpoint, telemetry.sample_ratio)
     try:
         yield tracing

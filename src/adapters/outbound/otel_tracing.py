@@ -30,18 +30,6 @@ from ports.telemetry import AttributeValue
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def tracing_wanted(otlp_endpoint: str | None, environ: Mapping[str, str] = os.environ) -> bool:
-    if environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
-        return False
-    if environ.get("OTEL_TRACES_EXPORTER", "otlp").lower() == "none":
-        return False
-    return bool(
-        otlp_endpoint
-        or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    )
-
-
 class _AsgiHeaders(Getter[list[tuple[bytes, bytes]]]):
     def get(self, carrier: list[tuple[bytes, bytes]], key: str) -> list[str] | None:
         name = key.lower().encode()
