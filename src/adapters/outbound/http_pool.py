@@ -183,9 +183,11 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass; both set TCP_NODELAY
 
     def data_received(self, data: bytes) -> None:
-        if self.response is None:  # bytes nobody asked for: the connection is unusable
+        response = self.response
+        if response is None:  # bytes nobody asked for: the connection is unusable
             self.abort()
             return
+        response.received = True  # even a partial head: the server acted on the request, never resend it
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
