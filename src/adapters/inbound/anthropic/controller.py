@@ -53,14 +53,16 @@ def routes(context: EdgeContext) -> list[Route]:
 
 
 class _Pinger:
-    """One task per stream: after `interval` seconds with nothing sent, a ping inside the
-    message, a keep-alive comment before it (queued), nothing before the response started.
+    """Per stream: after `interval` seconds with nothing sent, a ping inside the message, a
+    keep-alive comment before it (queued), nothing before the response started.
 
-    Every send of the stream goes through `send`, under one lock, so a ping never
-    interleaves with a frame; the pinger skips a tick while a send is under way.
+    A loop timer re-arms itself from the last send; a task exists only while a ping is
+    being sent, so a stream that never goes quiet costs one timer, not a task. Every send
+    of the stream goes through `send`, under one lock, so a ping never interleaves with a
+    frame; a tick that finds a send under way counts it as sending.
     """
 
-    __slots__ = ("_ex", "_interval", "_last_sent", "_lock", "_loop", "_machine", "_task")
+    __slots__ = ("_ex", "_interval", "_last_sent", "_lock", "_loop", "_machine", "_task", "_timer")
 
     def __init__(self, ex: Exchange, machine: AnthropicStream, interval: float) -> None:
         self._ex = ex
@@ -69,7 +71,8 @@ class _Pinger:
         self._loop = loop = asyncio.get_running_loop()
         self._lock = asyncio.Lock()
         self._last_sent = loop.time()
-        self._task: asyncio.Task[None] | None = loop.create_task(self._run())
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = loop.call_at(self._last_sent + interval, self._tick)
 
     async def start(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Start the response (under the lock: no ping may race the response head)."""
@@ -84,29 +87,38 @@ class _Pinger:
                 self._last_sent = self._loop.time()
 
     async def stop(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait((task,))
 
-    async def _run(self) -> None:
-        loop, ex, lock = self._loop, self._ex, self._lock
-        while True:
-            delay = self._last_sent + self._interval - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-                continue
-            if lock.locked():  # a frame is being sent: that counts as sending
+    def _tick(self) -> None:
+        loop = self._loop
+        due = self._last_sent + self._interval
+        if due <= loop.time():
+            if self._lock.locked() or not self._ex.started:
+                # A frame is being sent (that counts as sending), or nothing may be sent
+                # yet: wait a whole interval again.
                 self._last_sent = loop.time()
-                continue
-            if not ex.started:  # nothing may be sent yet: wait a whole interval again
-                self._last_sent = loop.time()
-                continue
-            frame = PING if self._machine.in_message else KEEP_ALIVE
-            try:
-                await self.send(frame)
-            except Exception:  # the client is gone or the send failed: the handler finds out
+            else:
+                self._timer = None
+                self._task = loop.create_task(self._ping())
                 return
+            due = self._last_sent + self._interval
+        self._timer = loop.call_at(due, self._tick)
+
+    async def _ping(self) -> None:
+        frame = PING if self._machine.in_message else KEEP_ALIVE
+        try:
+            await self.send(frame)
+        except Exception:  # the client is gone or the send failed: the handler finds out
+            return
+        if self._task is asyncio.current_task():  # not stopped meanwhile
+            self._task = None
+            self._timer = self._loop.call_at(self._last_sent + self._interval, self._tick)
 
 
 def _failure(event: StreamError) -> GatewayError:
