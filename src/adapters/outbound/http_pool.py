@@ -333,6 +333,9 @@ class Response:
             await waiter
         except TimeoutError:
             raise ResponseTimedOut(f"upstream {what} for {timeout:g}s") from None
+        except asyncio.CancelledError:
+            self.close()  # the reader gave up mid-answer: the connection cannot be reused
+            raise
         finally:
             timer.cancel()
             self._waiter = None
