@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TypeVar
 
-from domain.canonical import ChatRequest, ChatResponse, QueuePosition, StreamChunk
+from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition
 from domain.errors import AdmissionUnavailable, GatewayError
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
@@ -91,7 +91,7 @@ class ChatService:
 
     async def stream(
         self, request: ChatRequest, *, report_queue: bool = False, record: RequestRecord | None = None
-    ) -> AsyncIterator[QueuePosition | StreamChunk]:
+    ) -> AsyncIterator[QueuePosition | ChunkBatch]:
         """Stream a request's answer, preceded by queue positions if `report_queue`.
 
         Failures before the first item is yielded are raised before anything reaches
@@ -125,11 +125,11 @@ class ChatService:
             self._admitted(span, started, record, None, "admitted")
         lost = getattr(lease, "lost", None)  # only a shared ledger can lose a lease (fencing)
         try:
-            async with self._upstreams[upstream].open_stream(request) as chunks:
-                async for chunk in chunks:
+            async with self._upstreams[upstream].open_stream(request) as batches:
+                async for batch in batches:
                     if lost is not None and lost.is_set():
                         raise AdmissionUnavailable(1, _LEASE_LOST_MESSAGE)
-                    yield chunk
+                    yield batch
         finally:
             await lease.release()
 

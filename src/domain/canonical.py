@@ -206,14 +206,16 @@ class StreamChunk(Struct, kw_only=True):
 
     One frame may carry several events (a finish and usage, say) or none (a keep-alive).
     `native` lets a dialect with the upstream's wire format relay the frame untouched.
-    `flush` is False when another chunk decoded from the same upstream read follows at
-    once: a dialect may hold this chunk's frames and send them with the next chunk's,
-    in one write. The last chunk of a read always has `flush` True.
+    Streams deliver chunks in batches (`ChunkBatch`): the chunks decoded from one
+    upstream read, which a dialect sends to its client in one write.
     """
 
     events: list[StreamEvent]
     native: NativePayload | None = None
-    flush: bool = True
+
+
+ChunkBatch = list[StreamChunk]
+"""The chunks of one upstream read, in order; never empty."""
 
 
 class QueuePosition(Struct, tag="queue", kw_only=True):

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from domain.canonical import ChatRequest, ChatResponse, StreamChunk
+from domain.canonical import ChatRequest, ChatResponse, ChunkBatch
 
 
 class UpstreamClient(Protocol):
@@ -22,13 +22,13 @@ class UpstreamClient(Protocol):
 
     def open_stream(
         self, request: ChatRequest
-    ) -> AbstractAsyncContextManager[AsyncIterator[StreamChunk]]:
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         """Start a streaming request.
 
         Entering the context sends the request and checks the upstream's status, so a
-        refusal is raised before anything reaches the client; iterating yields chunks
-        as they arrive; leaving the context closes the upstream response (an early exit
-        aborts the generation upstream).
+        refusal is raised before anything reaches the client; iterating yields the
+        chunks of each upstream read as one batch, as they arrive; leaving the context
+        closes the upstream response (an early exit aborts the generation upstream).
         """
         ...
 

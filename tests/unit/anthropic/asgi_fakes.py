@@ -78,6 +78,8 @@ class FakeService:
                     await asyncio.sleep(item)
                 elif isinstance(item, Exception):
                     raise item
+                elif isinstance(item, StreamChunk):
+                    yield [item]  # a read of its own; a list is one read of several chunks
                 else:
                     yield item
         finally:

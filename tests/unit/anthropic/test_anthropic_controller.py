@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import pytest
 from tests.support.anthropic_grammar import check_anthropic_stream
 from tests.unit.anthropic.asgi_fakes import ANSWER, BODY, FakeService, call, chunk, frames
@@ -47,7 +46,7 @@ async def test_stream_admitted_at_once_starts_with_message_start_and_flushes_eac
 
 async def test_chunks_of_one_upstream_read_go_out_in_one_send() -> None:
     first, second, last = ANSWER
-    script = [msgspec.structs.replace(first, flush=False), msgspec.structs.replace(second, flush=False), last]
+    script = [[first, second, last]]  # one upstream read
     result, _ = await call(FakeService(script), "/llm/v1/messages", {**BODY, "stream": True})
     assert result.status == 200
     assert len(result.chunks) == 2  # the read's frames in one send, then the end
@@ -56,10 +55,9 @@ async def test_chunks_of_one_upstream_read_go_out_in_one_send() -> None:
     check_anthropic_stream(result.body)
 
 
-async def test_held_frames_go_out_before_a_mid_read_failure() -> None:
+async def test_a_reads_frames_go_out_before_a_failure_that_follows_it() -> None:
     first, second, _ = ANSWER
-    script = [msgspec.structs.replace(first, flush=False), msgspec.structs.replace(second, flush=False),
-              UpstreamError("connection reset")]  # fmt: skip
+    script = [[first, second], UpstreamError("connection reset")]
     result, _ = await call(FakeService(script), "/llm/v1/messages", {**BODY, "stream": True})
     assert result.status == 200
     body = result.body

@@ -106,14 +106,14 @@ class FakeUpstream:
         return ChatResponse(id="x", model=request.model, created=0, content=[], finish_reason="end_turn")
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[list[StreamChunk]]]:
         self.calls.append(request)
         if self.fail:
             raise self.fail
 
-        async def chunks() -> AsyncIterator[StreamChunk]:
+        async def chunks() -> AsyncIterator[list[StreamChunk]]:
             for chunk in self.chunks:
-                yield chunk
+                yield [chunk]  # one upstream read each
             if self.hang:
                 await asyncio.Event().wait()
 
@@ -171,7 +171,7 @@ async def test_unknown_model_never_reaches_the_gate() -> None:
 async def test_stream_admitted_at_once_has_no_queue_positions() -> None:
     gate = FakeGate()
     items = [item async for item in service(gate, FakeUpstream(CHUNKS)).stream(request(True), report_queue=True)]
-    assert items == CHUNKS
+    assert items == [[c] for c in CHUNKS]  # one batch per upstream read
     assert gate.in_use == 0
 
 
@@ -187,7 +187,7 @@ async def test_stream_reports_positions_then_chunks() -> None:
             ticket.granted.set()
     positions = [i.position for i in seen if isinstance(i, QueuePosition)]
     assert positions == [3, 2, 1]  # unchanged positions are not repeated
-    assert seen[len(positions):] == CHUNKS
+    assert seen[len(positions):] == [[c] for c in CHUNKS]
     assert gate.in_use == 0
 
 
@@ -272,7 +272,7 @@ async def test_complete_is_aborted_when_the_lease_is_lost() -> None:
 async def test_stream_stops_when_the_lease_is_lost() -> None:
     gate = FencedGate()
     stream = service(gate, FakeUpstream(CHUNKS)).stream(request(True))
-    assert await anext(stream) == CHUNKS[0]
+    assert await anext(stream) == [CHUNKS[0]]
     gate.lost.set()
     with pytest.raises(AdmissionUnavailable):
         await anext(stream)

@@ -80,7 +80,8 @@ class FakeGate:
 
 
 class FakeUpstream:
-    def __init__(self, chunks: list[StreamChunk] | None = None, fail_after: Exception | None = None,
+    def __init__(self, chunks: list[StreamChunk | list[StreamChunk]] | None = None,
+                 fail_after: Exception | None = None,
                  hang: bool = False, response: ChatResponse | None = None) -> None:  # fmt: skip
         self.chunks, self.fail_after, self.hang, self.response = chunks or [], fail_after, hang, response
         self.calls: list[ChatRequest] = []
@@ -92,12 +93,12 @@ class FakeUpstream:
         return self.response
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[list[StreamChunk]]]:
         self.calls.append(request)
 
-        async def chunks() -> AsyncIterator[StreamChunk]:
-            for chunk in self.chunks:
-                yield chunk
+        async def chunks() -> AsyncIterator[list[StreamChunk]]:
+            for item in self.chunks:  # a chunk is a read of its own; a list, one read of several
+                yield item if isinstance(item, list) else [item]
             if self.fail_after is not None:
                 raise self.fail_after
             if self.hang:
@@ -224,13 +225,8 @@ async def test_upstream_failure_after_start_ends_the_stream_with_an_error_frame(
     assert edge.gate.in_use == 0 and edge.upstream.closed == 1
 
 
-def held(c: StreamChunk) -> StreamChunk:
-    """`c` as decoded from an upstream read with more chunks still to come."""
-    return msgspec.structs.replace(c, flush=False)
-
-
 async def test_chunks_of_one_upstream_read_go_out_in_one_send() -> None:
-    edge = Edge(FakeUpstream([held(NATIVE[0]), held(NATIVE[1]), NATIVE[2], held(NATIVE[3])]))
+    edge = Edge(FakeUpstream([[NATIVE[0], NATIVE[1], NATIVE[2]], [NATIVE[3]]]))
     await edge.call("/v1/chat/completions", {**REQUEST, "stream": True})
     bodies = [m["body"] for m in edge.sent[1:]]
     assert [frames(b) for b in bodies] == [
@@ -239,8 +235,8 @@ async def test_chunks_of_one_upstream_read_go_out_in_one_send() -> None:
     assert edge.sent[-1].get("more_body") is not True
 
 
-async def test_held_frames_go_out_before_a_mid_read_failure() -> None:
-    edge = Edge(FakeUpstream([held(NATIVE[0]), held(NATIVE[1])], fail_after=UpstreamError("connection reset")))
+async def test_a_reads_frames_go_out_before_a_failure_that_follows_it() -> None:
+    edge = Edge(FakeUpstream([[NATIVE[0], NATIVE[1]]], fail_after=UpstreamError("connection reset")))
     await edge.call("/v1/chat/completions", {**REQUEST, "stream": True})
     out = frames(edge.body)
     assert out[:2] == [c.native.data for c in NATIVE[:2] if c.native]

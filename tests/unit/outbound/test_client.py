@@ -156,8 +156,12 @@ def request(model: str) -> ChatRequest:
 
 
 async def collect(c: OpenAICompatClient, req: ChatRequest) -> list[StreamChunk]:
-    async with c.open_stream(req) as chunks:
-        return [chunk async for chunk in chunks]
+    return [chunk for batch in await batches(c, req) for chunk in batch]
+
+
+async def batches(c: OpenAICompatClient, req: ChatRequest) -> list[list[StreamChunk]]:
+    async with c.open_stream(req) as reads:
+        return [batch async for batch in reads]
 
 
 async def test_complete_maps_the_answer(up: Upstream) -> None:
@@ -184,10 +188,10 @@ async def test_stream_yields_canonical_chunks(up: Upstream) -> None:
     assert up.bodies[0]["stream_options"] == {"include_usage": True}
 
 
-async def test_chunks_of_one_read_are_flagged_for_one_send(up: Upstream) -> None:
-    chunks = await collect(up.client(), request("burst"))
-    assert [c.flush for c in chunks[:3]] == [False, False, True]  # only the read's last one flushes
-    assert all(c.flush for c in chunks[3:])
+async def test_chunks_of_one_read_come_as_one_batch(up: Upstream) -> None:
+    got = await batches(up.client(), request("burst"))
+    assert len(got[0]) == 3  # the server's first write held three events
+    assert all(batch for batch in got)  # never an empty batch
 
 
 async def test_finished_stream_returns_its_connection_to_the_pool(up: Upstream) -> None:

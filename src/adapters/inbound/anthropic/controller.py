@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator
-from contextlib import suppress
 from typing import Any, cast
 
 from adapters.inbound._shared.dialect import EdgeContext, Route
@@ -181,7 +180,7 @@ class AnthropicController:
     async def _stream(self, ex: Exchange, request: ChatRequest) -> None:
         """Relay the service stream; the frames of one upstream read go out in one send.
 
-        Items are awaited directly; one `_Pinger` task per stream sends a ping (or a
+        Items are awaited directly; one `_Pinger` per stream sends a ping (or a
         keep-alive comment) when nothing was sent for `ping_interval` seconds, so slow
         tokens never need a timeout around the generator (which would close it).
         """
@@ -191,43 +190,35 @@ class AnthropicController:
         record = ex.record
         queued_at: float | None = None
         admitted = False
-        held: list[bytes] = []  # frames of this upstream read so far, not yet sent
+        held: list[bytes] = []  # the closing frames, sent with the terminal ones
         pinger = _Pinger(ex, machine, self._ping)
         try:
-            try:
-                async for item in items:
-                    if type(item) is QueuePosition:
-                        if not admitted:
-                            if not ex.started:
-                                queued_at = ex.elapsed()
-                                await pinger.start(headers)
-                            await pinger.send(queue_frame(item.position, item.queued))
-                        continue
+            async for item in items:
+                if type(item) is QueuePosition:
                     if not admitted:
-                        admitted = True
-                        if queued_at is not None:
-                            record.queue_wait_seconds = ex.elapsed() - queued_at
-                    frames = machine.feed_many(item.events)
-                    if machine.closed:
-                        held += frames
-                        break
-                    if frames:
                         if not ex.started:
+                            queued_at = ex.elapsed()
                             await pinger.start(headers)
-                        if record.first_token_seconds is None and machine.blocks:
-                            record.first_token_seconds = ex.elapsed()
-                        held += frames
-                    if held and item.flush:
-                        data = b"".join(held)
-                        held.clear()
-                        await pinger.send(data)
-            except Exception:
-                if held and ex.started and not ex.gone:  # what arrived before the failure goes first
-                    data = b"".join(held)
-                    held.clear()
-                    with suppress(Exception):  # the failure being raised matters more
-                        await pinger.send(data)
-                raise
+                        await pinger.send(queue_frame(item.position, item.queued))
+                    continue
+                if not admitted:
+                    admitted = True
+                    if queued_at is not None:
+                        record.queue_wait_seconds = ex.elapsed() - queued_at
+                frames: list[bytes] = []  # the frames of one upstream read go out in one send
+                for chunk in item:
+                    frames += machine.feed_many(chunk.events)
+                    if machine.closed:
+                        break
+                if machine.closed:
+                    held = frames
+                    break
+                if frames:
+                    if not ex.started:
+                        await pinger.start(headers)
+                    if record.first_token_seconds is None and machine.blocks:
+                        record.first_token_seconds = ex.elapsed()
+                    await pinger.send(b"".join(frames))
         finally:
             await pinger.stop()
             await items.aclose()  # a no-op after a hang-up: the cancellation already closed it

@@ -9,7 +9,6 @@ full queue, upstream down) still gets its own status code.
 from __future__ import annotations
 
 import time
-from contextlib import suppress
 
 from adapters.inbound._shared.dialect import EdgeContext, Route
 from adapters.inbound._shared.endpoint import Work, asgi_endpoint, not_found_route
@@ -63,62 +62,31 @@ class ChatCompletions:
         await ex.respond(200, body, JSON)
 
     async def _stream(self, ex: Exchange, request: ChatRequest, include_usage: bool) -> None:
-        """Relay the service stream. The frames of chunks decoded from one upstream read
-        (`flush` False on all but the last) go out in one send, when that read's last
-        chunk has been fed: nothing is held back once the read's data is handled."""
+        """Relay the service stream: the frames of one upstream read (one batch) go out in
+        one send, as soon as that read is handled."""
         writer = ChunkWriter(include_usage, request.model, ex.request_id)
-        chunks = self._service.stream(request, record=ex.record)  # fills model, upstream, queue wait
-        held: list[bytes] = []  # frames of this read's chunks so far, not yet sent
+        batches = self._service.stream(request, record=ex.record)  # fills model, upstream, queue wait
         try:
-            try:
-                async for chunk in chunks:
-                    if type(chunk) is not StreamChunk:  # report_queue=False: never a position
-                        continue
-                    if not ex.started:
-                        _raise_early_failure(chunk)  # nothing sent yet: the failure gets its own status
-                        ex.record.first_token_seconds = ex.elapsed()
-                        await ex.start_stream(200, EVENT_STREAM)
-                    data = writer.feed(chunk)
-                    if writer.error is not None:
-                        ex.record.error_kind = writer.error.kind
-                        if held:
-                            held.append(data)
-                            data = b"".join(held)
-                        await ex.end_stream(data)
-                        return
-                    if not chunk.flush:
-                        if data:
-                            held.append(data)
-                        continue
-                    if held:
-                        if data:
-                            held.append(data)
-                        data = b"".join(held)
-                        held.clear()
-                    if data:
-                        await ex.send_chunk(data)
-            except Exception:
-                await _send_held(ex, held)  # what arrived before the failure still goes out first
-                raise
+            async for batch in batches:
+                if type(batch) is not list:  # report_queue=False: never a position
+                    continue
+                if not ex.started:
+                    _raise_early_failure(batch[0])  # nothing sent yet: the failure gets its own status
+                    ex.record.first_token_seconds = ex.elapsed()
+                    await ex.start_stream(200, EVENT_STREAM)
+                data = writer.feed(batch[0]) if len(batch) == 1 else b"".join([writer.feed(c) for c in batch])
+                if writer.error is not None:
+                    ex.record.error_kind = writer.error.kind
+                    await ex.end_stream(data)
+                    return
+                if data:
+                    await ex.send_chunk(data)
             if not ex.started:  # an upstream that answered nothing still gets a valid stream
                 await ex.start_stream(200, EVENT_STREAM)
-            if held:
-                held.append(writer.finish())
-                await ex.end_stream(b"".join(held))
-            else:
-                await ex.end_stream(writer.finish())
+            await ex.end_stream(writer.finish())
         finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
+            await batches.aclose()  # type: ignore[attr-defined]
             _record_usage(ex, writer)
-
-
-async def _send_held(ex: Exchange, held: list[bytes]) -> None:
-    """Send frames held for batching when the stream fails before its read's last chunk."""
-    if held and ex.started and not ex.gone:
-        data = b"".join(held)
-        held.clear()
-        with suppress(Exception):  # the failure being raised matters more than this send's
-            await ex.send_chunk(data)
 
 
 def _raise_early_failure(chunk: StreamChunk) -> None:

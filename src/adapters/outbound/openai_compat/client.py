@@ -13,7 +13,6 @@ generation. A body read to its end gives the connection back for reuse.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -32,7 +31,7 @@ from adapters.outbound.http_pool import (
     ResponseTimedOut,
     TransportError,
 )
-from domain.canonical import ChatRequest, ChatResponse, StreamChunk
+from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk
 from domain.errors import (
     NotSupported,
     UpstreamError,
@@ -212,7 +211,7 @@ def _error_message(raw: bytes) -> str | None:
     return message or raw.decode("utf-8", "replace").strip()[:500] or None
 
 
-class _StreamContext(AbstractAsyncContextManager[AsyncIterator[StreamChunk]]):
+class _StreamContext(AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]):
     """What `open_stream` returns: entering sends and checks; leaving closes."""
 
     __slots__ = ("_client", "_request", "_span", "_stream")
@@ -223,7 +222,7 @@ class _StreamContext(AbstractAsyncContextManager[AsyncIterator[StreamChunk]]):
         self._stream: _ChunkStream | None = None
         self._span: Span | None = None
 
-    async def __aenter__(self) -> AsyncIterator[StreamChunk]:
+    async def __aenter__(self) -> AsyncIterator[ChunkBatch]:
         client, request = self._client, self._request
         body = encode_chat(request, stream=True)
         self._span, headers = client._client_span(request, _SSE)
@@ -268,22 +267,19 @@ class _ChunkStream:
         self._resp = resp
         self._decoder = SseDecoder()
         self._mapper = StreamMapper()
-        self._pending: deque[StreamChunk] = deque()
+        self._pending: ChunkBatch = []
         self._eof = False
 
     def __aiter__(self) -> _ChunkStream:
         return self
 
-    async def __anext__(self) -> StreamChunk:
-        pending = self._pending
-        while not pending:
+    async def __anext__(self) -> ChunkBatch:
+        while not self._pending:
             if self._eof or self._mapper.phase is Phase.FAILED:
                 raise StopAsyncIteration
             await self._read()
-        chunk = pending.popleft()
-        if pending:  # more of the same read follows at once: the consumer may batch
-            chunk.flush = False
-        return chunk
+        batch, self._pending = self._pending, []
+        return batch
 
     def close(self) -> None:
         """Abort unless the body was read to its end (then the pool already has it)."""
