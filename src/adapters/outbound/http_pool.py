@@ -13,7 +13,8 @@ bytes back as they arrive. That is what this module does, and nothing more:
 - A response whose body was received to its end gives its connection back at once; closing
   a response before that aborts the connection, which is how the upstream learns the
   client went away (vLLM aborts the generation).
-- Timeouts are timer handles armed only while a read really waits.
+- Timeouts are armed only while a read really waits, on the pool's `CoarseTimers` (one
+  loop timer for all of them, up to `_TIMER_RESOLUTION` late).
 - Reading pauses when more than `_HIGH_WATER` bytes wait unread (a slow client does not
   make the gateway buffer a whole answer).
 
@@ -31,7 +32,10 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from adapters.coarse_timers import CoarseTimers
+
 _HIGH_WATER = 1 << 20  # unread bytes before reading from the socket pauses
+_TIMER_RESOLUTION = 0.05  # seconds a timeout may fire late
 
 
 class TransportError(Exception):
@@ -65,7 +69,7 @@ class MalformedResponse(TransportError):
 class HttpPool:
     """Connections to one origin (scheme, host, port); share one per upstream address."""
 
-    __slots__ = ("_connect_timeout", "_idle", "_keepalive", "_prefix", "_ssl", "host", "origin", "port")
+    __slots__ = ("_connect_timeout", "_idle", "_keepalive", "_prefix", "_ssl", "host", "origin", "port", "timers")
 
     def __init__(self, url: str, *, connect_timeout: float = 10.0, keepalive_seconds: float = 4.0) -> None:
         parts = urlsplit(url)
@@ -78,6 +82,7 @@ class HttpPool:
         self._connect_timeout = connect_timeout
         self._keepalive = keepalive_seconds
         self._idle: deque[_Connection] = deque()
+        self.timers = CoarseTimers(_TIMER_RESOLUTION)
         host = f"[{self.host}]" if ":" in self.host else self.host
         default_port = self.port == (443 if secure else 80)
         self.origin = host if default_port else f"{host}:{self.port}"
@@ -263,12 +268,13 @@ class Response:
     bytes through `read()` / `read_all()`. `close()` before the end aborts the connection."""
 
     __slots__ = (
-        "_buffered", "_chunks", "_conn", "_done", "_error", "_paused", "_waiter", "content_type", "framed",
-        "received", "status",
+        "_buffered", "_chunks", "_conn", "_done", "_error", "_paused", "_timers", "_waiter", "content_type",
+        "framed", "received", "status",
     )
 
     def __init__(self, conn: _Connection) -> None:
         self._conn: _Connection | None = conn
+        self._timers = conn._pool.timers
         self.status = 0
         self.content_type = ""
         self.received = False  # any byte of the answer arrived
@@ -328,7 +334,7 @@ class Response:
 
     async def _wait(self, timeout: float, what: str) -> None:
         waiter = self._waiter = asyncio.get_running_loop().create_future()
-        timer = waiter.get_loop().call_later(timeout, _expire, waiter)
+        timer = self._timers.call_later(timeout, _expire, waiter)
         try:
             await waiter
         except TimeoutError:

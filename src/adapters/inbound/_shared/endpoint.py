@@ -7,8 +7,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from adapters.coarse_timers import CoarseTimers
 from adapters.inbound._shared.dialect import Route
-from adapters.inbound._shared.exchange import ClientGone, Exchange
+from adapters.inbound._shared.exchange import TIMER_RESOLUTION, ClientGone, Exchange
 from adapters.inbound._shared.limits import deep_json
 from domain.errors import GatewayError, HeadersTooLarge, MethodNotAllowed, NotFound
 from ports.telemetry import RequestObserver
@@ -113,8 +114,10 @@ def asgi_endpoint(
             f"this gateway accepts at most {max_header_bytes}."
         )
 
+    timers = CoarseTimers(TIMER_RESOLUTION)  # the body timeouts and hang-up watchers of this route
+
     async def endpoint(scope: Any, receive: Any, send: Any) -> None:
-        ex = Exchange(scope, receive, send, surface, route)
+        ex = Exchange(scope, receive, send, surface, route, timers)
         run: Work
         if scope["method"] not in methods:
             run = _not_allowed

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from adapters.coarse_timers import CoarseTimer, CoarseTimers
 from domain.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 from domain.records import RequestRecord
 
@@ -26,6 +27,7 @@ Scope = dict[str, Any]
 # wake-up and a cancellation per request cost more than a fast answer itself, and a
 # hang-up is then noticed at most this late.
 _WATCH_AFTER = 0.005
+TIMER_RESOLUTION = 0.005  # the body timeout and the watcher's start may be this late
 
 
 class ClientGone(Exception):
@@ -35,10 +37,12 @@ class ClientGone(Exception):
 class Exchange:
     __slots__ = (
         "_cancelled",
+        "_late_body",
         "_receive",
         "_send",
         "_t0",
         "_task",
+        "_timers",
         "_watcher",
         "cors_headers",
         "finished",
@@ -51,7 +55,9 @@ class Exchange:
         "status",
     )
 
-    def __init__(self, scope: Scope, receive: Any, send: Any, surface: str, route: str) -> None:
+    def __init__(
+        self, scope: Scope, receive: Any, send: Any, surface: str, route: str, timers: CoarseTimers | None = None
+    ) -> None:
         self.scope = scope
         self._receive = receive
         self._send = send
@@ -60,7 +66,9 @@ class Exchange:
         self.status = 0
         self.gone = False
         self._cancelled = False
-        self._watcher: asyncio.Task[None] | asyncio.TimerHandle | None = None
+        self._timers = timers or CoarseTimers(TIMER_RESOLUTION)
+        self._late_body = False
+        self._watcher: asyncio.Task[None] | CoarseTimer | None = None
         self._task: asyncio.Task[Any] | None = None
         self._t0 = time.perf_counter()
         self.cors_headers: Headers = []
@@ -89,8 +97,9 @@ class Exchange:
     async def read_body(self, limit: int, timeout: float | None = None) -> bytes:
         """The whole body, at most `limit` bytes, received within `timeout` seconds.
 
-        The timer bounds slow or stuck clients (slowloris); its cost is one loop timer,
-        and a body already buffered by the server (the usual case) arrives at once.
+        The timer bounds slow or stuck clients (slowloris); it is a coarse timer (a set
+        entry, see `adapters.coarse_timers`), and a body already buffered by the server
+        (the usual case) arrives at once.
         """
         declared = self.header(b"content-length")
         if declared is not None:
@@ -100,11 +109,22 @@ class Exchange:
                 raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
         if timeout is None:
             return await self._read_body(limit)
+        task = asyncio.current_task()
+        assert task is not None
+        late = self._timers.call_later(timeout, self._body_late, task)
         try:
-            async with asyncio.timeout(timeout):
-                return await self._read_body(limit)
-        except TimeoutError:
+            return await self._read_body(limit)
+        except asyncio.CancelledError:
+            if not self._late_body:
+                raise
+            task.uncancel()
             raise RequestTimeout(f"The request body was not received within {timeout:g} seconds.") from None
+        finally:
+            late.cancel()
+
+    def _body_late(self, task: asyncio.Task[Any]) -> None:
+        self._late_body = True
+        task.cancel()
 
     async def _read_body(self, limit: int) -> bytes:
         chunks: list[bytes] = []
@@ -129,7 +149,7 @@ class Exchange:
     def watch_disconnect(self) -> None:
         """Cancel the current task when the client hangs up (call after `read_body`)."""
         self._task = asyncio.current_task()
-        self._watcher = asyncio.get_running_loop().call_later(_WATCH_AFTER, self._start_watching)
+        self._watcher = self._timers.call_later(_WATCH_AFTER, self._start_watching)
 
     def _start_watching(self) -> None:
         if not self.finished:

@@ -2,7 +2,8 @@
 
 Out of the box, uvicorn with httptools buffers request headers of any size (tried: 20 MB
 are accepted) and waits forever for a connection that never completes its headers.
-This subclass adds two bounds, each costing a counter or one loop timer per request:
+This subclass adds two bounds, each costing a counter or one coarse timer (a set entry,
+see `adapters.coarse_timers`, up to a quarter second late) per request:
 
 - Head size: bytes received while the head is still incomplete are counted; past
   `max_bytes` the connection gets a plain-text 431 and is closed. A head that fits in
@@ -24,6 +25,10 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from adapters.coarse_timers import CoarseTimer, CoarseTimers
+
+_TIMER_RESOLUTION = 0.25  # the head timeout may fire this much late
+
 _PLAIN = {
     408: b"HTTP/1.1 408 Request Timeout\r\n",
     431: b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
@@ -35,13 +40,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     max_bytes = 128 * 1024
     timeout = 10.0
+    timers: CoarseTimers  # one per protocol class, made by `guarded_protocol`
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_bytes = 0
         self._in_head = False
         self._fresh = False  # the current message began inside the chunk being parsed
-        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_timer: CoarseTimer | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -73,7 +79,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # --- internals -------------------------------------------------------------------
 
     def _arm(self) -> None:
-        self._head_timer = self.loop.call_later(self.timeout, self._head_timed_out)
+        self._head_timer = self.timers.call_later(self.timeout, self._head_timed_out)
 
     def _disarm(self) -> None:
         timer, self._head_timer = self._head_timer, None
@@ -107,4 +113,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 def guarded_protocol(max_bytes: int, timeout: float) -> type[GuardedHttpToolsProtocol]:
     """The protocol class for uvicorn's `http=` setting, with these bounds."""
-    return type("GatewayHttpProtocol", (GuardedHttpToolsProtocol,), {"max_bytes": max_bytes, "timeout": timeout})
+    return type(
+        "GatewayHttpProtocol",
+        (GuardedHttpToolsProtocol,),
+        {"max_bytes": max_bytes, "timeout": timeout, "timers": CoarseTimers(_TIMER_RESOLUTION)},
+    )
