@@ -14,6 +14,9 @@ see `adapters.coarse_timers`, up to a quarter second late) per request:
   opening or of that request's first byte; otherwise it gets a plain-text 408 and is
   closed (slowloris, idle connections that never send a request).
 
+uvicorn's keep-alive timeout between requests runs on the same coarse timers instead
+of a loop timer per response (`on_response_complete`, otherwise uvicorn's own).
+
 Requests that pass reach the app unchanged; the surface-shaped limits (431 for headers
 above `server.max_header_bytes`, 408 for a slow body) are the Exchange's.
 """
@@ -75,6 +78,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm()
         super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        # uvicorn's own (0.54), with the keep-alive timeout on the coarse timers; uvicorn
+        # takes it back with `.cancel()` when the next request's bytes arrive.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self.timeout_keep_alive_task = self.timers.call_later(  # type: ignore[assignment]
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     # --- internals -------------------------------------------------------------------
 
