@@ -94,8 +94,8 @@ class Processes:
         wait_http(f"http://127.0.0.1:{port}{health}", popen, output)
         return proc
 
-    def stub(self, *args: str, log: str | Path | None = None) -> Proc:
-        port = free_port()
+    def stub(self, *args: str, log: str | Path | None = None, port: int | None = None) -> Proc:
+        port = port or free_port()
         argv = [sys.executable, "-m", "bootstrap", "stub", "--listen", f"127.0.0.1:{port}", *args]
         if log is not None:
             argv += ["--log", str(log)]
