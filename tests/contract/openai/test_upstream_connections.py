@@ -1,13 +1,17 @@
 """The gateway's upstream connection pool end to end: an upstream that restarts, one that
-is down, and one that closes its connection after every answer (HTTP/1.0 style).
+is down, one that closes its connection after every answer (HTTP/1.0 style), and one
+behind TLS.
 
 Clients: the official `openai` SDK with its own retries off, so every failure shows."""
 
 from __future__ import annotations
 
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import msgspec
 import openai
@@ -80,3 +84,52 @@ def test_an_upstream_that_closes_after_every_answer(procs: Processes, http10_url
     sdk = client(gateway.url)
     for _ in range(5):  # each answer's body ends with its connection; none is reused
         assert ask(sdk, "old") == "ok"
+
+
+# --- an https:// upstream ------------------------------------------------------------
+
+
+class JsonHandler(Http10Handler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(COMPLETION)))
+        self.end_headers()
+        self.wfile.write(COMPLETION)
+
+
+@pytest.fixture
+def tls_upstream(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTPS upstream on 127.0.0.1 with a self-signed certificate for localhost; yields its
+    URL and the certificate (to trust it, as a CA file)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), JsonHandler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://localhost:{server.server_address[1]}", cert
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_https_upstream_is_verified_against_the_trusted_cas(
+    procs: Processes, tls_upstream: tuple[str, Path]
+) -> None:
+    url, cert = tls_upstream
+    trusting = procs.gateway(upstream_toml("old", url, ["old"]), env={"SSL_CERT_FILE": str(cert)})
+    for _ in range(3):  # TLS on pooled keep-alive connections
+        assert ask(client(trusting.url), "old") == "ok"
+    untrusting = procs.gateway(upstream_toml("old", url, ["old"]))  # the system CAs only
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(client(untrusting.url), "old")
+    assert refused.value.status_code == 502 and "unreachable" in refused.value.message
