@@ -7,6 +7,7 @@ calls it in a `finally`, also on Ctrl-C and SIGTERM). Nothing here talks to anyt
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -220,9 +221,14 @@ def start_stub(procs: Procs, cpus: set[int] | None, tokens: int) -> Target:
 
 def gateway_python() -> str:
     """The interpreter the gateway runs on: BENCH_GATEWAY_PYTHON, else the runtime venv (the
-    packages of the container image), else this one (the dev venv)."""
+    packages of the container image) if bench/run built it from the current lock, else this
+    one (the dev venv)."""
+    if os.environ.get("BENCH_GATEWAY_PYTHON"):
+        return os.environ["BENCH_GATEWAY_PYTHON"]
     runtime = RUNTIME_VENV / "bin" / "python"
-    return os.environ.get("BENCH_GATEWAY_PYTHON") or (str(runtime) if os.access(runtime, os.X_OK) else sys.executable)
+    lock = hashlib.sha256((ROOT / "requirements.runtime.lock").read_bytes()).hexdigest()[:16]
+    current = (RUNTIME_VENV / f".installed-{lock}").exists()  # bench/run's stamp: built from this lock
+    return str(runtime) if current and os.access(runtime, os.X_OK) else sys.executable
 
 
 def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
