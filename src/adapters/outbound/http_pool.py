@@ -98,23 +98,15 @@ class HttpPool:
         lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
         lines.append(body)
         data = b"".join(lines)
-        for attempt in (0, 1):
-            conn = self._take_idle() if attempt == 0 else None
-            reused = conn is not None
-            if conn is None:
-                conn = await self._connect()
-            response = conn.send(data)
+        reused = self._take_idle()
+        if reused is not None:
             try:
-                await response.wait_head(timeout)
+                return await _exchange(reused, data, timeout)
             except ConnectionBroken as exc:
-                if reused and exc.before_answer:
-                    continue  # the server closed the idle connection as we sent: send again, fresh
-                raise
-            except BaseException:
-                conn.abort()
-                raise
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
+                if not exc.before_answer:
+                    raise
+                # The server closed the idle connection as we sent: send again, once, fresh.
+        return await _exchange(await self._connect(), data, timeout)
 
     def close(self) -> None:
         """Close the idle connections (those in use close when their answers end)."""
@@ -153,9 +145,21 @@ class HttpPool:
                 )
         except TimeoutError as exc:
             raise ConnectTimedOut(f"connect to {self.origin} timed out") from exc
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:  # refused, unresolvable, and every ssl.SSLError (a subclass)
             raise ConnectFailed(f"cannot connect to {self.origin}: {exc}") from exc
         return conn
+
+
+async def _exchange(conn: _Connection, data: bytes, timeout: float) -> Response:
+    """Send one request on `conn`; the response once its head arrived. A failure that left
+    the connection open (a timeout, a cancellation) aborts it: it cannot be reused."""
+    response = conn.send(data)
+    try:
+        await response.wait_head(timeout)
+    except BaseException:
+        conn.abort()
+        raise
+    return response
 
 
 class _Connection(asyncio.Protocol):
@@ -354,12 +358,10 @@ class Response:
     # called by the connection
 
     def _head_arrived(self) -> None:
-        self.received = True
         if self.status >= 200:
             self._wake()
 
     def _feed(self, data: bytes) -> None:
-        self.received = True
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > _HIGH_WATER and not self._paused:

@@ -7,7 +7,6 @@ handler has nothing to send. `watch_disconnect` covers that: after the body is r
 a small task waits on `receive()` and cancels the handler when the client leaves.
 """
 
-
 from __future__ import annotations
 
 import asyncio

@@ -74,7 +74,7 @@ class ChatCompletions:
                     _raise_early_failure(batch[0])  # nothing sent yet: the failure gets its own status
                     ex.record.first_token_seconds = ex.elapsed()
                     await ex.start_stream(200, EVENT_STREAM)
-                data = writer.feed(batch[0]) if len(batch) == 1 else b"".join([writer.feed(c) for c in batch])
+                data = b"".join([writer.feed(chunk) for chunk in batch])
                 if writer.error is not None:
                     ex.record.error_kind = writer.error.kind
                     await ex.end_stream(data)

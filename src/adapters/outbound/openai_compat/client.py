@@ -63,7 +63,7 @@ _DRAIN_TIMEOUT = 1.0  # after [DONE], how long to wait for the body's end (pool 
 class OpenAICompatClient:
     """One upstream server; share one instance per upstream address."""
 
-    __slots__ = ("_chat_path", "_first_byte", "_idle", "_pool", "_server", "_tokenize_path", "_tracer", "name")
+    __slots__ = ("_chat_path", "_first_byte", "_idle", "_pool", "_tokenize_path", "_tracer", "name")
 
     def __init__(
         self,
@@ -82,7 +82,6 @@ class OpenAICompatClient:
         base_path = urlsplit(root).path
         self._chat_path = base_path + "/v1/chat/completions"
         self._tokenize_path = base_path + "/tokenize"
-        self._server = (self._pool.host, self._pool.port)
         self._first_byte = first_byte_timeout
         self._idle = idle_timeout
 
@@ -121,8 +120,8 @@ class OpenAICompatClient:
         span, carrier = self._tracer.start_client(
             f"chat {request.model}",
             {"gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
-             "gateway.upstream": self.name, "server.address": self._server[0],
-             "server.port": self._server[1], "gen_ai.request.stream": request.stream},
+             "gateway.upstream": self.name, "server.address": self._pool.host,
+             "server.port": self._pool.port, "gen_ai.request.stream": request.stream},
         )
         return span, {**headers, **carrier}
 
