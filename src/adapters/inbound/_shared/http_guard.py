@@ -1,24 +1,23 @@
 """Bounds on the request head, below the ASGI app: uvicorn's httptools protocol has none.
 
 Out of the box, uvicorn with httptools buffers request headers of any size (tried: 20 MB
-are accepted) and waits forever for a connection that never completes its headers.
-This subclass adds two bounds, each costing a counter or one coarse timer (a set entry,
-see `adapters.coarse_timers`, up to a quarter second late) per request:
+are accepted) and waits forever for a connection that never completes its headers, and
+it has no option for either. This subclass adds the two bounds and nothing else; it
+overrides only asyncio's protocol callbacks and httptools' parser callbacks, each calling
+uvicorn's own first, and reads only public attributes (`transport`, `loop`, `cycle`):
 
 - Head size: bytes received while the head is still incomplete are counted; past
   `max_bytes` the connection gets a plain-text 431 and is closed. A head that fits in
-  the chunk it started in is not counted here (the ASGI layer's `max_header_bytes`
-  check answers it in the surface's shape), so memory is bounded by `max_bytes`
-  plus one read (256 KiB).
+  the chunk it started in is not counted here (the app's `max_header_bytes` check
+  answers it in the surface's shape), so memory is bounded by `max_bytes` plus one
+  read (256 KiB).
 - Head time: a connection must complete each request head within `timeout` seconds of
-  opening or of that request's first byte; otherwise it gets a plain-text 408 and is
-  closed (slowloris, idle connections that never send a request).
+  opening or of that request's first byte, on one event-loop timer (`loop.call_later`);
+  otherwise it gets a plain-text 408 and is closed (slowloris, idle connections that
+  never send a request). Between requests an idle connection is uvicorn's business
+  (its `timeout_keep_alive`).
 
-uvicorn's keep-alive timeout between requests runs on the same coarse timers instead
-of a loop timer per response (`on_response_complete`, otherwise uvicorn's own).
-
-Requests that pass reach the app unchanged; the surface-shaped limits (431 for headers
-above `server.max_header_bytes`, 408 for a slow body) are the Exchange's.
+Requests that pass reach the app unchanged.
 """
 
 from __future__ import annotations
@@ -28,11 +27,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from adapters.coarse_timers import CoarseTimer, CoarseTimers
-
-_TIMER_RESOLUTION = 0.25  # the head timeout may fire this much late
-
-_PLAIN = {
+_STATUS_LINES = {
     408: b"HTTP/1.1 408 Request Timeout\r\n",
     431: b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
 }
@@ -43,64 +38,51 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     max_bytes = 128 * 1024
     timeout = 10.0
-    timers: CoarseTimers  # one per protocol class, made by `guarded_protocol`
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_bytes = 0
         self._in_head = False
-        self._fresh = False  # the current message began inside the chunk being parsed
-        self._head_timer: CoarseTimer | None = None
+        self._head_fresh = False  # the current head began inside the chunk being parsed
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    # asyncio.Protocol callbacks
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()
+        self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._disarm_head_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        self._fresh = False
+        self._head_fresh = False
         super().data_received(data)
-        if self._in_head and not self._fresh:
+        if self._in_head and not self._head_fresh:
             self._head_bytes += len(data)
             if self._head_bytes > self.max_bytes:
                 self._refuse(431, "Request headers too large.")
 
+    # httptools parser callbacks
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._fresh, self._head_bytes = True, True, 0
-        if self._head_timer is None:
-            self._arm()
+        self._in_head, self._head_fresh, self._head_bytes = True, True, 0
+        if self._head_timer is None:  # else: the first head, timed from the connection's opening
+            self._arm_head_timer()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._disarm()
+        self._disarm_head_timer()
         super().on_headers_complete()
 
-    def on_response_complete(self) -> None:
-        # uvicorn's own (0.54), with the keep-alive timeout on the coarse timers; uvicorn
-        # takes it back with `.cancel()` when the next request's bytes arrive.
-        self.server_state.total_requests += 1
-        if self.transport.is_closing():
-            return
-        self._unset_keepalive_if_required()
-        self.flow.resume_reading()
-        if self.pipeline:
-            cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
-        else:
-            self.timeout_keep_alive_task = self.timers.call_later(  # type: ignore[assignment]
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+    # the bounds
 
-    # --- internals -------------------------------------------------------------------
+    def _arm_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(self.timeout, self._head_timed_out)
 
-    def _arm(self) -> None:
-        self._head_timer = self.timers.call_later(self.timeout, self._head_timed_out)
-
-    def _disarm(self) -> None:
+    def _disarm_head_timer(self) -> None:
         timer, self._head_timer = self._head_timer, None
         if timer is not None:
             timer.cancel()
@@ -111,9 +93,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         self._in_head = False
-        self._disarm()
+        self._disarm_head_timer()
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport.is_closing():
             return
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:  # a pipelined head: no room for an answer
@@ -121,7 +103,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         body = message.encode("ascii")
         transport.write(
-            _PLAIN[status]
+            _STATUS_LINES[status]
             + b"content-type: text/plain; charset=utf-8\r\n"
             + b"content-length: " + str(len(body)).encode("ascii") + b"\r\n"
             + b"connection: close\r\n\r\n"
@@ -132,8 +114,4 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 def guarded_protocol(max_bytes: int, timeout: float) -> type[GuardedHttpToolsProtocol]:
     """The protocol class for uvicorn's `http=` setting, with these bounds."""
-    return type(
-        "GatewayHttpProtocol",
-        (GuardedHttpToolsProtocol,),
-        {"max_bytes": max_bytes, "timeout": timeout, "timers": CoarseTimers(_TIMER_RESOLUTION)},
-    )
+    return type("GatewayHttpProtocol", (GuardedHttpToolsProtocol,), {"max_bytes": max_bytes, "timeout": timeout})
