@@ -201,9 +201,6 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
     app = Litestar(route_handlers=handlers, lifespan=[lifespan], cors_config=cors, openapi_config=None,
                   logging_config=None)
     app.state.container = container
-    # The server's protocol bounds the request head below the app (SECURITY.md); serving reads it.
-    server = config.server
-    app.state.http_protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
     return FastPath(app, exact)
 
 
@@ -219,7 +216,10 @@ def _serve(args: argparse.Namespace) -> int:
         config, stop_stubs = load_config(args.config), None
     host, port = parse_listen(config.server.listen)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    grace = config.server.drain_grace_seconds
+    server = config.server
+    grace = server.drain_grace_seconds
+    # The server's protocol bounds the request head below the app (SECURITY.md).
+    protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
 
     def build() -> tuple[FastPath, Any]:
         app = build_app(config)
@@ -227,10 +227,11 @@ def _serve(args: argparse.Namespace) -> int:
         return app, serving.make_drain(container.lifecycle(), container.gate(), grace)
 
     try:
-        if config.server.workers > 1:
-            return serving.run_workers(config.server.workers, host, port, grace, build)
+        if server.workers > 1:
+            return serving.run_workers(server.workers, host, port, grace, build, http_protocol=protocol,
+                                       limit_concurrency=server.limit_concurrency)
         app, drain = build()
-        serving.run(app, host, port, drain, grace)
+        serving.run(app, host, port, drain, grace, http_protocol=protocol, limit_concurrency=server.limit_concurrency)
     finally:
         if stop_stubs is not None:
             stop_stubs()

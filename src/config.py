@@ -41,6 +41,8 @@ class ServerConfig(Section):
     max_messages: PositiveInt = 2048
     max_content_blocks: PositiveInt = 512
     drain_grace_seconds: PositiveFloat = 30.0
+    # uvicorn's backstop: connections plus running requests per process (admission is the real limit).
+    limit_concurrency: PositiveInt = 4096
     ping_interval_seconds: PositiveFloat = 10.0
     queue_update_interval_seconds: PositiveFloat = 1.0
     cors_allowed_origins: list[str] = msgspec.field(default_factory=list)

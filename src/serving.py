@@ -26,6 +26,8 @@ import uvicorn
 
 log = logging.getLogger("gateway")
 
+KEEP_ALIVE_SECONDS = 75  # idle time between requests before uvicorn closes a client connection
+
 
 class Lifecycle:
     """Readiness, shared by the operations endpoints and the drain."""
@@ -46,18 +48,18 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self._drain = drain
         self._drain_task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._drain_loop = asyncio.get_running_loop()
         await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._drain_task is not None or self._loop is None or sig not in (signal.SIGTERM, signal.SIGINT):
+        if self._drain_task is not None or self._drain_loop is None or sig not in (signal.SIGTERM, signal.SIGINT):
             super().handle_exit(sig, frame)  # second signal: stop now
             return
         log.info("gateway draining (signal %d)", sig)
-        self._loop.call_soon_threadsafe(self._start_drain)
+        self._drain_loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:
         self._drain_task = asyncio.ensure_future(self._drain_then_exit())
@@ -83,11 +85,14 @@ def make_drain(
     return drain
 
 
-def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float) -> uvicorn.Config:
+def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float, http_protocol: type[asyncio.Protocol],
+                    limit_concurrency: int) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=host, port=port, loop="uvloop", lifespan="on",
-        http=getattr(getattr(app, "state", None), "http_protocol", "httptools"),  # bootstrap's head bounds
-        access_log=False, log_level="warning", timeout_keep_alive=75,
+        http=http_protocol,  # httptools with the request-head bounds (adapters.inbound._shared.http_guard)
+        # A backstop: admission is the real limit; past this uvicorn answers a plain-text 503.
+        limit_concurrency=limit_concurrency,
+        access_log=False, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS,
         server_header=False, date_header=False,
         proxy_headers=False,  # nothing reads the client address; skips a middleware per request
         # After the drain, connections still open (uncapped work) get the rest of the grace.
@@ -95,23 +100,41 @@ def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float) -> uvi
     )
 
 
-def run(app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float) -> None:
+def run(
+    app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float, *,
+    http_protocol: type[asyncio.Protocol], limit_concurrency: int,
+) -> None:
     """One process: serve until drained."""
-    server = DrainingServer(_uvicorn_config(app, host, port, grace_seconds), drain)
+    config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency)
     log.info("gateway listening on http://%s:%d", host, port)
-    server.run()
+    DrainingServer(config, drain).run()
 
 
 def run_workers(
     workers: int, host: str, port: int, grace_seconds: float,
-    build: Callable[[], tuple[Any, Callable[[], Awaitable[None]]]],
+    build: Callable[[], tuple[Any, Callable[[], Awaitable[None]]]], *,
+    http_protocol: type[asyncio.Protocol], limit_concurrency: int,
 ) -> int:
     """Several processes on one listening socket (only with a shared admission ledger).
 
     The parent binds the socket, forks the workers before any event loop exists, and
-    forwards SIGTERM/SIGINT to them; each worker builds its own app (its own client
-    session, gate connection and metrics) and drains on its own. Exit status is 0 when
-    every worker exited 0.
+    forwards every SIGTERM/SIGINT to them; each worker builds its own app (its own client
+    sessions, gate connection and metrics) and drains on its own (`DrainingServer`). Exit
+    status is 0 when every worker exited 0.
+
+    Why not uvicorn's own `workers` (its `Multiprocess` supervisor, uvicorn 0.54), which
+    cannot keep that drain through its public API:
+    - each worker runs a plain `uvicorn.Server(config)` made inside the supervisor
+      (`Process.server`), so a worker cannot be a `DrainingServer`: on the first SIGTERM
+      it stops listening at once, `/readyz` never turns 503 and queued requests are not
+      refused by the gate, they wait for uvicorn's graceful-shutdown timeout;
+    - the parent handles signals by polling a queue every 0.5 s and, after the first
+      SIGTERM, blocks joining its workers, so a second signal is never passed on: the
+      workers cannot be stopped at once;
+    - a worker's exit status is not reported (`uvicorn.run` returns normally whatever
+      the workers exited with), and a worker that dies is restarted;
+    - workers are spawned, not forked: the app must be an import string or factory found
+      again in each process, and the config (with the protocol class) pickled to it.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -126,7 +149,8 @@ def run_workers(
             code = 0
             try:
                 app, drain = build()
-                DrainingServer(_uvicorn_config(app, host, port, grace_seconds), drain).run(sockets=[sock])
+                config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency)
+                DrainingServer(config, drain).run(sockets=[sock])
             except BaseException:
                 log.exception("worker failed")
                 code = 1

@@ -41,6 +41,7 @@ def test_design_example_is_complete() -> None:
     assert config.upstreams["qwen"].admission is None
     assert config.server.listen == "127.0.0.1:8080"
     assert config.upstreams["qwen"].connect_timeout_seconds > 0  # documented default
+    assert config.server.limit_concurrency == 4096  # documented default (docs/operations.md)
 
 
 @pytest.mark.parametrize("missing", ["sequence_slots", "max_in_flight", "queue_depth", "queue_timeout_seconds"])
@@ -64,6 +65,7 @@ def test_admission_keys_have_no_defaults(missing: str) -> None:
         (UPSTREAM + "typo = 1\n", r"unknown key 'upstreams\.a\.typo'"),
         ('[server]\nlisen = "x"\n' + UPSTREAM, r"unknown key 'server\.lisen'"),
         ('[server]\nlisten = "nope"\n' + UPSTREAM, r"server\.listen must be HOST:PORT"),
+        ("[server]\nlimit_concurrency = 0\n" + UPSTREAM, r"invalid value for 'server\.limit_concurrency'"),
         (UPSTREAM.replace('models = ["m"]', "models = []"), r"invalid value for 'upstreams\.a\.models'"),
         (UPSTREAM.replace("http://a:80", "ftp://a"), r"upstreams\.a\.url must be an http\(s\) URL"),
         (UPSTREAM + '[upstreams.b]\nurl = "http://A"\nmodels = ["n"]\n', r"upstreams\.b\.url: .*same address"),
