@@ -7,7 +7,13 @@ Drain, in order (docs/operations.md):
    frames gets an in-stream `overloaded_error`).
 3. Admitted requests run to completion, up to `server.drain_grace_seconds`.
 4. uvicorn stops listening, closes idle connections and the process exits 0.
-A second SIGTERM or SIGINT skips the wait.
+A second SIGTERM or SIGINT skips the rest of step 3: uvicorn's own graceful shutdown
+follows (connections still open get up to half the grace), and a further SIGINT is
+uvicorn's force exit.
+
+uvicorn is used through its public API only: `uvicorn.Config`, and `DrainingServer`
+overrides the public `uvicorn.Server.startup` and `handle_exit` (each calling uvicorn's)
+and sets `should_exit`, as uvicorn's own `handle_exit` does.
 """
 
 from __future__ import annotations
@@ -47,17 +53,19 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, drain: Callable[[], Awaitable[None]]) -> None:
         super().__init__(config)
         self._drain = drain
-        self._drain_task: asyncio.Task[None] | None = None
+        self._draining = False
+        self._drain_task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self._drain_loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        self._drain_loop = asyncio.get_running_loop()
+        self._drain_loop = asyncio.get_running_loop()  # where the signal handler schedules the drain
         await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._drain_task is not None or self._drain_loop is None or sig not in (signal.SIGTERM, signal.SIGINT):
-            super().handle_exit(sig, frame)  # second signal: stop now
+        if self._draining or self._drain_loop is None or sig not in (signal.SIGTERM, signal.SIGINT):
+            super().handle_exit(sig, frame)  # a second signal (or one before startup): uvicorn's shutdown
             return
+        self._draining = True
         log.info("gateway draining (signal %d)", sig)
         self._drain_loop.call_soon_threadsafe(self._start_drain)
 
@@ -124,17 +132,18 @@ def run_workers(
 
     Why not uvicorn's own `workers` (its `Multiprocess` supervisor, uvicorn 0.54), which
     cannot keep that drain through its public API:
-    - each worker runs a plain `uvicorn.Server(config)` made inside the supervisor
-      (`Process.server`), so a worker cannot be a `DrainingServer`: on the first SIGTERM
-      it stops listening at once, `/readyz` never turns 503 and queued requests are not
-      refused by the gate, they wait for uvicorn's graceful-shutdown timeout;
+    - each worker runs a plain `uvicorn.Server(config)` that the supervisor makes itself
+      (`Process.server`; no option names another class), so a worker cannot be a
+      `DrainingServer`: on the first SIGTERM it stops listening at once, `/readyz` never
+      turns 503, and the gate never refuses its queue (queued requests wait on until
+      admitted or cancelled by uvicorn's graceful-shutdown timeout);
     - the parent handles signals by polling a queue every 0.5 s and, after the first
-      SIGTERM, blocks joining its workers, so a second signal is never passed on: the
-      workers cannot be stopped at once;
+      SIGTERM, blocks joining its workers, so a second signal is never passed on and
+      cannot cut a worker's shutdown short;
     - a worker's exit status is not reported (`uvicorn.run` returns normally whatever
-      the workers exited with), and a worker that dies is restarted;
-    - workers are spawned, not forked: the app must be an import string or factory found
-      again in each process, and the config (with the protocol class) pickled to it.
+      the workers exited with);
+    - workers are spawned, not forked: the app, and the protocol class made from the
+      config, would have to be importable by name in every worker.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
