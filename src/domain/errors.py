@@ -56,6 +56,21 @@ class ModelNotFound(NotFound):
         self.model = model
 
 
+class AmbiguousModel(InvalidRequest):
+    """A model name matching the aliases of several upstreams: refused, never guessed."""
+
+    kind = "ambiguous-model"
+    title = "Ambiguous model name"
+
+    def __init__(self, model: str, upstreams: list[str]) -> None:
+        names = " and ".join(f"'{u}'" for u in upstreams)
+        super().__init__(
+            f"The model '{model}' matches the aliases of upstreams {names}; ask for an exact model name.",
+            param="model",
+        )
+        self.model = model
+
+
 class MethodNotAllowed(GatewayError):
     status = 405
     kind = "method-not-allowed"
