@@ -119,9 +119,7 @@ class Container(containers.DeclarativeContainer):
     config = providers.Dependency(instance_of=Config)
     clock = providers.Singleton(SystemClock)
     lifecycle = providers.Singleton(serving.Lifecycle)
-    router = providers.Singleton(
-        lambda c: ModelRouter({n: u.models for n, u in c.upstreams.items()}), config
-    )
+    router = providers.Singleton(lambda c: _router(c), config)
     gate = providers.Singleton(lambda c, clock: _gate(c, clock), config, clock)
     tracing = providers.Resource(_telemetry, config)
     upstreams = providers.Resource(_upstream_clients, config, tracing)
@@ -138,14 +136,17 @@ class Container(containers.DeclarativeContainer):
     )
 
 
-def _input_limits(config: Config) -> InputLimits:
-    """The edge's input limits; `max_output_tokens` is per upstream, looked up per model."""
+def _router(config: Config) -> ModelRouter:
+    upstreams = config.upstreams
+    return ModelRouter({n: u.models for n, u in upstreams.items()}, {n: u.aliases for n, u in upstreams.items()})
+
+
+def _input_limits(config: Config, router: ModelRouter | None = None) -> InputLimits:
+    """The edge's input limits; `max_output_tokens` is per upstream, looked up per model (aliases too)."""
     server = config.server
-    caps = {
-        model: upstream.max_output_tokens
-        for upstream in config.upstreams.values() if upstream.max_output_tokens is not None
-        for model in upstream.models
-    }
+    caps = (router or _router(config)).per_model(
+        {name: u.max_output_tokens for name, u in config.upstreams.items() if u.max_output_tokens is not None}
+    )
     return InputLimits(
         max_header_bytes=server.max_header_bytes, body_timeout_seconds=server.body_timeout_seconds,
         max_messages=server.max_messages, max_content_blocks=server.max_content_blocks, max_output_tokens=caps,
@@ -164,7 +165,7 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
         observer=container.observer(),
         max_body_bytes=config.server.max_body_bytes,
         ping_interval_seconds=config.server.ping_interval_seconds,
-        limits=_input_limits(config),
+        limits=_input_limits(config, container.router()),
     )
     handlers = []
     exact: dict[str, Any] = {}

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import Meta, Struct
 
+from domain.routing import find_alias_clash
+
 PositiveFloat = Annotated[float, Meta(gt=0)]
 PositiveInt = Annotated[int, Meta(gt=0)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
@@ -61,6 +63,9 @@ class AdmissionTable(Section):
 class UpstreamConfig(Section):
     url: str
     models: Annotated[list[str], Meta(min_length=1)]
+    # Shell-style patterns (fnmatch, case-sensitive) for names clients use, tried after the
+    # exact `models` of every upstream; the upstream is then called with its first model name.
+    aliases: list[Annotated[str, Meta(min_length=1)]] = msgspec.field(default_factory=list)
     admission: AdmissionTable | None = None
     connect_timeout_seconds: PositiveFloat = 5.0
     # A non-streaming answer sends its headers only when generation is done.
@@ -147,6 +152,7 @@ def _check(config: Config) -> None:
                 f"{key}.admission.max_in_flight ({table.max_in_flight}) must be below "
                 f"sequence_slots ({table.sequence_slots}) to leave operator headroom"
             )
+    _check_aliases(config)
     if config.admission.backend == "redis" and not config.admission.redis_url:
         raise ConfigError("admission.redis_url is required when admission.backend = 'redis'")
     if config.admission.backend == "memory" and config.server.workers > 1:
@@ -154,6 +160,25 @@ def _check(config: Config) -> None:
             "server.workers > 1 needs admission.backend = 'redis': the in-memory ledger "
             "is only correct in one process"
         )
+
+
+def _check_aliases(config: Config) -> None:
+    """One model name, one upstream: no two upstreams' aliases may claim the same name."""
+    upstreams = config.upstreams
+    clash = find_alias_clash(
+        {name: u.models for name, u in upstreams.items()}, {name: u.aliases for name, u in upstreams.items()}
+    )
+    if clash is None:
+        return
+    if clash.exact:
+        raise ConfigError(
+            f"upstreams.{clash.upstream}.aliases: pattern '{clash.pattern}' matches model "
+            f"'{clash.other_name}' of upstreams.{clash.other}.models; a name must route to one upstream"
+        )
+    raise ConfigError(
+        f"upstreams.{clash.upstream}.aliases: pattern '{clash.pattern}' and upstreams.{clash.other}.aliases "
+        f"pattern '{clash.other_name}' can both match '{clash.example}'; a name must route to one upstream"
+    )
 
 
 def load_config_text(text: str) -> Config:

@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TypeVar
 
+import msgspec
+
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition
 from domain.errors import AdmissionUnavailable, GatewayError
 from domain.records import RequestRecord
@@ -80,7 +82,7 @@ class ChatService:
         return self._router.upstream_for(model)
 
     async def complete(self, request: ChatRequest, record: RequestRecord | None = None) -> ChatResponse:
-        upstream = self._route(request, record)
+        upstream, request = self._route(request, record)
         lease = await self._admit_quietly(upstream, record)
         try:
             call = self._upstreams[upstream].complete(request)
@@ -97,7 +99,7 @@ class ChatService:
         Failures before the first item is yielded are raised before anything reaches
         the client, so the dialect can still answer with a proper HTTP status.
         """
-        upstream = self._route(request, record)
+        upstream, request = self._route(request, record)
         span, started = self._tracer.start("gateway.admission"), self._clock.now()
         entry = await self._enter(upstream, span)
         if entry.queued:
@@ -134,17 +136,21 @@ class ChatService:
             await lease.release()
 
     async def count_tokens(self, request: ChatRequest) -> int:
-        upstream = self._router.upstream_for(request.model)
+        upstream, request = self._route(request, None)
         return await self._upstreams[upstream].count_tokens(request)
 
     # --- admission ---------------------------------------------------------------
 
-    def _route(self, request: ChatRequest, record: RequestRecord | None) -> str:
-        upstream = self._router.upstream_for(request.model)
+    def _route(self, request: ChatRequest, record: RequestRecord | None) -> tuple[str, ChatRequest]:
+        """The upstream, and the request as that upstream is called: a model alias becomes the
+        upstream's own model name (the dialect still answers with the name the client used)."""
+        upstream, model = self._router.resolve(request.model)
         if record is not None:
             record.upstream = upstream
             record.model = request.model
-        return upstream
+        if model != request.model:
+            request = msgspec.structs.replace(request, model=model)
+        return upstream, request
 
     async def _enter(self, upstream: str, span: Span) -> SlotLease | QueueTicket:
         span.set("gateway.upstream", upstream)

@@ -56,6 +56,21 @@ class ModelNotFound(NotFound):
         self.model = model
 
 
+class AmbiguousModel(InvalidRequest):
+    """A model name matching the aliases of several upstreams: refused, never guessed."""
+
+    kind = "ambiguous-model"
+    title = "Ambiguous model name"
+
+    def __init__(self, model: str, upstreams: list[str]) -> None:
+        names = " and ".join(f"'{u}'" for u in upstreams)
+        super().__init__(
+            f"The model '{model}' matches the aliases of upstreams {names}; ask for an exact model name.",
+            param="model",
+        )
+        self.model = model
+
+
 class MethodNotAllowed(GatewayError):
     status = 405
     kind = "method-not-allowed"
@@ -159,6 +174,29 @@ class UpstreamRejected(GatewayError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ContextLengthExceeded(UpstreamRejected):
+    """The upstream refused the request as longer than the model's context window.
+
+    Carries the upstream's numbers, so each dialect can word it the way its clients
+    recognise and act on (compact the history, or ask for fewer output tokens).
+    `max_tokens` is None when the upstream did not say (its prompt alone was too long).
+    """
+
+    kind = "context-length-exceeded"
+    title = "Context length exceeded"
+
+    def __init__(self, message: str, *, prompt_tokens: int, max_tokens: int | None, limit: int) -> None:
+        super().__init__(400, message)
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.limit = limit
+
+    @property
+    def prompt_alone_too_long(self) -> bool:
+        """The prompt leaves no room for a single output token (or no output size is known)."""
+        return self.prompt_tokens >= self.limit or self.max_tokens is None
 
 
 class NotSupported(GatewayError):

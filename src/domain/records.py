@@ -24,3 +24,5 @@ class RequestRecord(Struct, kw_only=True):
     input_tokens: int | None = None
     output_tokens: int | None = None
     finish_reason: str | None = None
+    # The client's own session id (`X-Claude-Code-Session-Id`), to group an agent's requests.
+    session_id: str | None = None

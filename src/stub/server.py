@@ -85,16 +85,21 @@ class Stub:
             os.close(self.log_fd)
             self.log_fd = None
 
-    def start(self, proto: HttpProtocol, model: str, stream: bool, fault: str | None = None) -> None:
-        """Count a started chat request and log its line (with ``fault=KIND`` when one is injected)."""
+    def start(self, proto: HttpProtocol, req: ChatRequest, fault: str | None = None) -> None:
+        """Count a started chat request and log its line (with ``fault=KIND`` when one is injected).
+
+        ``roles=[...]`` lists the request's message roles in order (a JSON array without
+        spaces, like ``model``), so a test can see where system messages arrived.
+        """
         proto.counted = True
         self.in_flight += 1
         self.max_concurrent = max(self.max_concurrent, self.in_flight)
         if self.log_fd is not None:
             line = (
                 f"{time.time():.3f} chat start in_flight={self.in_flight} "
-                f"max_concurrent={self.max_concurrent} model={encode(model).decode()} "
-                f"stream={'true' if stream else 'false'}"
+                f"max_concurrent={self.max_concurrent} model={encode(req.model).decode()} "
+                f"stream={'true' if req.stream else 'false'} "
+                f"roles={encode([m.role for m in req.messages]).decode()}"
                 + (f" traceparent={proto.traceparent.decode('latin-1')}" if proto.traceparent else "")
                 + (f" fault={fault}" if fault else "")
                 + "\n"
@@ -162,18 +167,18 @@ class Stub:
             frames = stream_frames(answer, rid, created, req.model, call_id, usage)
             head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
             if not cfg.hold and not cfg.chunk_delay:
-                self.start(proto, req.model, True)
+                self.start(proto, req)
                 self.release(proto)
                 proto.finish(head + chunked(frames) + CHUNKED_END, keep)
                 return None
-            return self._later(proto, req.model, True, None, self._stream_later, proto, head, frames, keep)
+            return self._later(proto, req, None, self._stream_later, proto, head, frames, keep)
         payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
         if not cfg.hold:
-            self.start(proto, req.model, False)
+            self.start(proto, req)
             self.release(proto)
             proto.finish(payload, keep)
             return None
-        return self._later(proto, req.model, False, None, self._answer_later, proto, payload, keep)
+        return self._later(proto, req, None, self._answer_later, proto, payload, keep)
 
     def _ids(self) -> tuple[str, str, int]:
         """(completion id, tool call id, created) of the next answer."""
@@ -182,7 +187,7 @@ class Stub:
         return f"chatcmpl-{suffix}", f"chatcmpl-tool-{suffix}", int(time.time())
 
     def _later(
-        self, proto: HttpProtocol, model: str, stream: bool, fault: str | None,
+        self, proto: HttpProtocol, req: ChatRequest, fault: str | None,
         play: Callable[..., Awaitable[None]], *args: Any,
     ) -> asyncio.Task[None]:
         """A task answering later: counted in flight from its first step until it ends.
@@ -193,7 +198,7 @@ class Stub:
         """
 
         async def run() -> None:
-            self.start(proto, model, stream, fault)
+            self.start(proto, req, fault)
             try:
                 await play(*args)
             finally:
@@ -214,9 +219,9 @@ class Stub:
             usage = bool(req.stream_options and req.stream_options.include_usage)
             frames = stream_frames(answer, rid, created, req.model, call_id, usage)
             head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
-            return self._later(proto, req.model, True, fault, stream_fault, proto, fault, head, frames, keep, hold)
+            return self._later(proto, req, fault, stream_fault, proto, fault, head, frames, keep, hold)
         payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
-        return self._later(proto, req.model, False, fault, answer_fault, proto, fault, payload, keep, hold)
+        return self._later(proto, req, fault, answer_fault, proto, fault, payload, keep, hold)
 
     async def _answer_later(self, proto: HttpProtocol, payload: bytes, keep: bool) -> None:
         await asyncio.sleep(self.config.hold)

@@ -133,6 +133,8 @@ def _attributes(record: RequestRecord) -> Iterable[tuple[str, AttributeValue]]:
         yield "gen_ai.usage.output_tokens", record.output_tokens
     if record.error_kind is not None:
         yield "error.type", record.error_kind
+    if record.session_id is not None:
+        yield "session.id", record.session_id
     if record.client_gone:
         yield "gateway.client_gone", True
     yield "gateway.stream", record.stream

@@ -77,7 +77,8 @@ async def test_span_tree_and_trace_continuity(procs: Processes, receiver: tuple[
         response = await http.post(
             f"{gateway.url}/llm/v1/messages",
             json={"model": "reasoning", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
-            headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "x-request-id": "trace-me"},
+            headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "x-request-id": "trace-me",
+                     "X-Claude-Code-Session-Id": "session-7"},
         )
         assert response.status == 200
 
@@ -91,6 +92,7 @@ async def test_span_tree_and_trace_continuity(procs: Processes, receiver: tuple[
     server_attrs = _attrs(server)
     assert server_attrs["gateway.surface"] == "anthropic"
     assert server_attrs["gateway.request_id"] == "trace-me"
+    assert server_attrs["session.id"] == "session-7"  # an agent client's session, for grouping
     assert server_attrs["http.response.status_code"] == 200
     assert server_attrs["gen_ai.operation.name"] == "chat"
     assert server_attrs["gen_ai.request.model"] == "reasoning"

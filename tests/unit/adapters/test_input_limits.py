@@ -195,6 +195,7 @@ max_messages = 10
 [upstreams.a]
 url = "http://a:80"
 models = ["m1", "m2"]
+aliases = ["claude-*"]
 max_output_tokens = 4096
 [upstreams.b]
 url = "http://b:80"
@@ -206,6 +207,8 @@ def test_config_keys_reach_the_limits() -> None:
     limits = _input_limits(load_config_text(CONFIG))
     assert limits.max_messages == 10 and limits.max_content_blocks == 512
     assert dict(limits.max_output_tokens) == {"m1": 4096, "m2": 4096}
+    assert limits.max_output_tokens.get("claude-sonnet-4-6") == 4096  # an alias has its upstream's cap
+    assert limits.max_output_tokens.get("m3") is None and limits.max_output_tokens.get("other") is None
     server = load_config_text(CONFIG).server
     assert (server.max_header_bytes, server.header_timeout_seconds, server.body_timeout_seconds) == (32768, 10.0, 30.0)
 

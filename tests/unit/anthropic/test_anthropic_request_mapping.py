@@ -81,6 +81,29 @@ def test_empty_system_adds_nothing() -> None:
     assert [m.role for m in decode(system="").messages] == ["user"]
 
 
+def test_system_turns_inside_messages_keep_their_place() -> None:
+    messages = [
+        {"role": "system", "content": "Early reminder."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": [{"type": "text", "text": "A."}, {"type": "text", "text": "B."}]},
+        {"role": "user", "content": "go on"},
+        {"role": "system", "content": "Last word."},
+    ]
+    request = decode(system="Top.", messages=messages)
+    assert request.messages == [
+        # the top-level system and a leading system turn are one system message, as any two
+        # consecutive turns of one role are
+        Message(role="system", content=[TextPart(text="Top."), TextPart(text="Early reminder.")]),
+        Message(role="user", content=[TextPart(text="hi")]),
+        Message(role="assistant", content=[TextPart(text="hello")]),
+        Message(role="system", content=[TextPart(text="A."), TextPart(text="B.")]),
+        Message(role="user", content=[TextPart(text="go on")]),
+        Message(role="system", content=[TextPart(text="Last word.")]),
+    ]
+    assert request.extras == {}  # a trailing system turn is no assistant prefill
+
+
 def test_images_base64_and_url() -> None:
     content = [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QUJD"}},

@@ -11,6 +11,7 @@ from adapters.inbound.anthropic.mapping import decode_messages
 from domain.errors import InvalidRequest
 
 WEATHER = {"name": "get_weather", "input_schema": {"type": "object"}}
+USER_TURN = {"role": "user", "content": "hi"}
 
 
 def rejected(**fields: Any) -> InvalidRequest:
@@ -40,7 +41,12 @@ CASES: list[tuple[dict[str, Any], str]] = [
     ({"max_tokens": "5"}, "max_tokens"),
     ({"model": None}, "model"),
     ({"messages": []}, "messages"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"messages": [{"role": "system", "content": "x"}]}, "messages"),
+    ({"messages": [{"role": "system", "content": "x"}, {"role": "assistant", "content": "x"}]}, "messages.1.role"),
+    ({"messages": [{"role": "system", "content": [image({"type": "url", "url": "u"})]}, USER_TURN]},
+     "messages.0.content.0.type"),
+    ({"messages": [USER_TURN, {"role": "system", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
+     "messages.1.content.0.type"),
     ({"messages": [{"role": "assistant", "content": "x"}]}, "messages.0.role"),
     ({"messages": [{"role": "user"}]}, "messages.0.content"),
     ({"messages": user({"type": "text", "text": "a"}, {"type": "document"})}, "messages.0.content.1.type"),

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import msgspec
 import pytest
 
 from adapters.outbound.system_clock import SystemClock
@@ -20,6 +21,7 @@ from domain.canonical import (
     TextDelta,
 )
 from domain.errors import AdmissionUnavailable, ModelNotFound, QueueFull, UpstreamError
+from domain.records import RequestRecord
 from domain.routing import ModelRouter
 from ports.admission import GateSnapshot
 
@@ -277,3 +279,18 @@ async def test_stream_stops_when_the_lease_is_lost() -> None:
     with pytest.raises(AdmissionUnavailable):
         await anext(stream)
     assert gate.in_use == 0
+
+
+async def test_an_alias_calls_the_upstream_with_its_own_model_name() -> None:
+    upstream = FakeUpstream(chunks=CHUNKS)
+    chat = ChatService(ModelRouter({"up": ["m", "m2"]}, {"up": ["claude-*"]}), {"up": upstream}, FakeGate(free=2),
+                       queue_update_interval=0.01, clock=SystemClock())
+    record = RequestRecord(request_id="r", surface="s", route="/r", method="POST", status=0, duration_seconds=0)
+    asked = ChatRequest(model="claude-sonnet-4-6", messages=[])
+    await chat.complete(asked, record)
+    async for _ in chat.stream(msgspec.structs.replace(asked, stream=True)):
+        pass
+    assert await chat.count_tokens(asked) == 3
+    assert [call.model for call in upstream.calls] == ["m", "m"]
+    assert asked.model == "claude-sonnet-4-6"  # the dialect still has the client's name to answer with
+    assert (record.model, record.upstream) == ("claude-sonnet-4-6", "up")

@@ -75,6 +75,12 @@ def test_admission_keys_have_no_defaults(missing: str) -> None:
         ('[server]\nworkers = 2\n' + UPSTREAM, r"server\.workers > 1 needs admission\.backend = 'redis'"),
         ('[admission]\nbackend = "redis"\n' + UPSTREAM, r"admission\.redis_url is required"),
         ('[admission]\nbackend = "etcd"\n' + UPSTREAM, r"invalid value for 'admission\.backend'"),
+        (UPSTREAM + 'aliases = [""]\n', r"invalid value for 'upstreams\.a\.aliases\[0\]'"),
+        (UPSTREAM + 'aliases = ["claude-*"]\n[upstreams.b]\nurl = "http://b"\nmodels = ["n"]\naliases = ["*-sonnet"]\n',
+         r"upstreams\.a\.aliases: pattern 'claude-\*' and upstreams\.b\.aliases pattern '\*-sonnet' can both "
+         r"match 'claude-sonnet'"),
+        (UPSTREAM + 'aliases = ["claude-*"]\n[upstreams.b]\nurl = "http://b"\nmodels = ["claude-x"]\n',
+         r"upstreams\.a\.aliases: pattern 'claude-\*' matches model 'claude-x' of upstreams\.b\.models"),
     ],
 )
 def test_mistakes_name_the_key(text: str, message: str) -> None:
@@ -95,6 +101,13 @@ def test_check_config_cli(tmp_path: Path) -> None:
                             capture_output=True, text=True, check=False)
     assert failed.returncode == 2
     assert "upstreams.a.admission.queue_depth" in failed.stderr
+    clash = tmp_path / "clash.toml"
+    clash.write_text(DESIGN_EXAMPLE.replace('models = ["reasoning"]', 'models = ["reasoning"]\naliases = ["claude-*"]')
+                     + 'aliases = ["claude-haiku-*"]\n')
+    clashed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(clash)],
+                             capture_output=True, text=True, check=False)
+    assert clashed.returncode == 2
+    assert "upstreams.reasoning.aliases" in clashed.stderr and "upstreams.qwen.aliases" in clashed.stderr
     missing = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(tmp_path / "no")],
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "cannot read config file" in missing.stderr

@@ -28,6 +28,7 @@ from domain.canonical import (
     Usage,
 )
 from domain.errors import (
+    ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
     ModelNotFound,
@@ -274,6 +275,16 @@ def test_problem_documents(
     param = getattr(error, "param", None)
     assert doc["error"] == {"message": error.message, "type": error_type, "param": param, "code": kind}
     assert dict(headers).get(b"retry-after") == retry_after
+
+
+def test_context_length_carries_openais_code_and_param() -> None:
+    text = "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (...)"
+    error = ContextLengthExceeded(text, prompt_tokens=8000, max_tokens=1000, limit=8192)
+    code, body, _, _ = renderer.render(error, "req-1")
+    doc = dec(body)
+    assert code == 400 and doc["status"] == 400
+    assert doc["type"] == "https://api.riotpiao.com/problems/context-length-exceeded"
+    assert doc["error"] == {"message": text, "type": CLIENT, "param": "messages", "code": "context_length_exceeded"}
 
 
 def test_internal_error_reveals_nothing() -> None:

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from adapters.inbound.openai.stream import ChunkWriter
+from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
 from domain.canonical import (
     Finish,
     MessageStart,
@@ -127,3 +127,18 @@ def test_canonical_stream_without_message_start_still_has_a_role_and_an_id() -> 
     payload = frames(writer.feed(StreamChunk(events=[TextDelta(text="x")])))[0]
     chunk = ChatCompletionChunk.model_validate(dec(payload))
     assert chunk.id == "chatcmpl-rid" and chunk.choices[0].delta.role == "assistant"
+
+
+def test_an_aliased_stream_names_the_clients_model_in_relayed_and_encoded_frames() -> None:
+    first = b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":5,"model":"upstream-m",' \
+            b'"choices":[{"index":0,"delta":{"role":"assistant","content":"hi"},"logprobs":null}]}'
+    relay = ChunkWriter(True, "claude-sonnet-4-6", "rid")
+    native = NativePayload(format=NATIVE_FORMAT, data=first)
+    out = relay.feed(StreamChunk(events=[MessageStart(id="chatcmpl-1", model="upstream-m", created=5),
+                                         TextDelta(text="hi")], native=native))
+    doc = dec(frames(out)[0])
+    assert doc["model"] == "claude-sonnet-4-6"
+    assert doc["choices"][0]["logprobs"] is None  # every other member survives the rename
+    encoded = ChunkWriter(True, "claude-sonnet-4-6", "rid")
+    out = encoded.feed(StreamChunk(events=[MessageStart(id="chatcmpl-1", model="upstream-m", created=5)]))
+    assert dec(frames(out)[0])["model"] == "claude-sonnet-4-6"

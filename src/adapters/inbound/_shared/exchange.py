@@ -74,15 +74,19 @@ class Exchange:
         # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         incoming: bytes | None = None
+        session: bytes | None = None
         for key, value in scope["headers"]:
             size += len(key) + len(value)
             if key == b"x-request-id" and incoming is None:
                 incoming = value
+            elif key == b"x-claude-code-session-id" and session is None:
+                session = value
         self.header_bytes = size
         self.request_id = _usable_request_id(incoming) or os.urandom(16).hex()
         self.record = RequestRecord(
             request_id=self.request_id, surface=surface, route=route,
             method=scope.get("method", "GET"), status=0, duration_seconds=0.0,
+            session_id=_usable_request_id(session),  # logged and traced, never sent upstream
         )
 
     # --- request ------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from adapters.inbound._shared.endpoint import retry_after_headers
 from adapters.inbound._shared.sse import event_frame
 from adapters.inbound.anthropic.schema import ENCODER, ErrorBody, ErrorInfo
-from domain.errors import GatewayError
+from domain.errors import ContextLengthExceeded, GatewayError
 
 _TYPES = {
     400: "invalid_request_error",
@@ -39,6 +39,20 @@ def error_type(status: int) -> str:
     return "invalid_request_error" if 400 <= status < 500 else "api_error"
 
 
+def message_of(error: GatewayError) -> str:
+    """The message a client sees; a context-length refusal in the API's own words, the
+    ones agent clients act on (compact the history, or lower `max_tokens`)."""
+    if isinstance(error, ContextLengthExceeded):
+        if error.prompt_alone_too_long:
+            return f"prompt is too long: {error.prompt_tokens} tokens > {error.limit} maximum"
+        return (
+            "input length and `max_tokens` exceed context limit: "
+            f"{error.prompt_tokens} + {error.max_tokens} > {error.limit}, "
+            "decrease input length or `max_tokens` and try again"
+        )
+    return error.message
+
+
 def error_frame(status: int, message: str) -> bytes:
     """`event: error` ending a stream whose 200 was already sent."""
     body = ErrorBody(error=ErrorInfo(type=error_type(status), message=message))
@@ -51,10 +65,10 @@ class AnthropicErrors:
     __slots__ = ()
 
     def render(self, error: GatewayError, request_id: str) -> tuple[int, bytes, bytes, Headers]:
-        info = ErrorInfo(type=error_type(error.status), message=error.message)
+        info = ErrorInfo(type=error_type(error.status), message=message_of(error))
         body = ENCODER.encode(ErrorBody(error=info, request_id=request_id))
         headers = [(b"request-id", request_id.encode()), *retry_after_headers(error)]
         return error.status, body, _JSON, headers
 
     def stream_error(self, error: GatewayError, request_id: str) -> bytes:
-        return error_frame(error.status, error.message)
+        return error_frame(error.status, message_of(error))

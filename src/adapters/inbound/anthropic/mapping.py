@@ -98,15 +98,22 @@ def to_chat_request(params: w.CountTokensParams, request_id: str, limits: InputL
 def _conversation(
     system: str | list[w.TextBlock] | None, turns: list[w.MessageParam], max_blocks: int
 ) -> list[Message]:
-    """A leading system message, then the turns with consecutive same-role turns merged."""
+    """A leading system message, then the turns with consecutive same-role turns merged.
+
+    `system` turns inside `messages` stay where they are (OpenAI-compatible upstreams take
+    system messages anywhere); the first turn that is not a system turn must be a user turn.
+    """
     out: list[Message] = []
     if type(system) is list and len(system) > max_blocks:
         raise too_many_blocks(len(system), max_blocks, "system")
     text = system if isinstance(system, str) else "\n\n".join(b.text for b in system or ())
     if text:
         out.append(Message(role="system", content=[TextPart(text=text)]))
-    if turns[0].role != "user":
-        raise invalid("messages.0.role", 'The first message must use the "user" role.')
+    first = next((i for i, turn in enumerate(turns) if turn.role != "system"), None)
+    if first is None:
+        raise invalid("messages", 'The messages must include a "user" message, not only system messages.')
+    if turns[first].role != "user":
+        raise invalid(f"messages.{first}.role", 'The first non-system message must use the "user" role.')
     for i, turn in enumerate(turns):
         if type(turn.content) is list and len(turn.content) > max_blocks:
             raise too_many_blocks(len(turn.content), max_blocks, f"messages.{i}.content")
@@ -121,17 +128,17 @@ def _conversation(
 def _parts(turn: w.MessageParam, i: int) -> list[Part]:
     if isinstance(turn.content, str):
         return [TextPart(text=turn.content)]
-    assistant = turn.role == "assistant"
+    assistant, user = turn.role == "assistant", turn.role == "user"
     parts: list[Part] = []
     for j, block in enumerate(turn.content):
         match block:
             case w.TextBlock():
                 parts.append(TextPart(text=block.text))
-            case w.ImageBlock():
+            case w.ImageBlock() if assistant or user:
                 parts.append(_image(block))
             case w.ToolUseBlock() if assistant:
                 parts.append(_tool_use(block, i, j))
-            case w.ToolResultBlock() if not assistant:
+            case w.ToolResultBlock() if user:
                 parts.append(_tool_result(block))
             case w.ThinkingBlock() if assistant:
                 parts.append(ThinkingPart(text=block.thinking, signature=block.signature or None))

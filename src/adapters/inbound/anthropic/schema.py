@@ -63,7 +63,9 @@ Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock 
 
 
 class MessageParam(Wire):
-    role: Literal["user", "assistant"]
+    # `system` turns inside `messages`: agent clients send them (the 2.x SDK typings allow
+    # them); text only, and they keep their place in the conversation (docs/dialects/anthropic.md).
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
 

@@ -15,7 +15,7 @@ from adapters.inbound._shared.endpoint import Work, asgi_endpoint, not_found_rou
 from adapters.inbound._shared.exchange import Exchange
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.openai.errors import renderer
-from adapters.inbound.openai.mapping import decode_request, encode_models, encode_response
+from adapters.inbound.openai.mapping import decode_request, encode_models, response_body
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
 from application.chat import ChatService
 from domain.canonical import ChatRequest, ChatResponse, StreamChunk, StreamError
@@ -54,12 +54,7 @@ class ChatCompletions:
         record.input_tokens = response.usage.input_tokens
         record.output_tokens = response.usage.output_tokens
         record.finish_reason = response.finish_reason
-        native = response.native
-        if native is not None and native.format == NATIVE_FORMAT:
-            body = native.data
-        else:
-            body = encode_response(response)
-        await ex.respond(200, body, JSON)
+        await ex.respond(200, response_body(response, request.model, NATIVE_FORMAT), JSON)
 
     async def _stream(self, ex: Exchange, request: ChatRequest, include_usage: bool) -> None:
         """Relay the service stream: the frames of one upstream read (one batch) go out in

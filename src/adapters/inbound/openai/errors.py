@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from adapters.inbound._shared.endpoint import retry_after_headers
 from adapters.inbound.openai import schema as w
-from domain.errors import GatewayError
+from domain.errors import ContextLengthExceeded, GatewayError
 
 PROBLEM_BASE = "https://api.riotpiao.com/problems/"
 PROBLEM_JSON = b"application/problem+json"
@@ -23,12 +23,13 @@ def error_type(status: int) -> str:
 
 
 def problem(error: GatewayError, request_id: str) -> w.Problem:
-    info = w.ErrorInfo(
-        message=error.message,
-        type=error_type(error.status),
-        param=getattr(error, "param", None),
-        code=error.kind,
-    )
+    param: str | None
+    if isinstance(error, ContextLengthExceeded):
+        # OpenAI's own code and param: what OpenAI clients check before trimming and retrying.
+        param, code = "messages", "context_length_exceeded"
+    else:
+        param, code = getattr(error, "param", None), error.kind
+    info = w.ErrorInfo(message=error.message, type=error_type(error.status), param=param, code=code)
     return w.Problem(
         type=PROBLEM_BASE + error.kind,
         title=error.title,

@@ -221,6 +221,27 @@ def usage_out(usage: Usage) -> w.OutUsage:
     )
 
 
+def renamed(native: bytes, model: str) -> bytes:
+    """An upstream JSON object with its `model` replaced (re-encoded, every other member kept):
+    a client that used a model alias gets its own name back, not the upstream's."""
+    doc = msgspec.json.decode(native)
+    if isinstance(doc, dict) and "model" in doc:
+        doc["model"] = model
+        return w.encode(doc)
+    return native
+
+
+def response_body(response: ChatResponse, model: str, native_format: str) -> bytes:
+    """The `chat.completion` body naming `model` (the client's): the upstream's own bytes when
+    they are in this dialect's format, else encoded from the canonical answer."""
+    native = response.native
+    if native is not None and native.format == native_format:
+        return native.data if response.model == model else renamed(native.data, model)
+    if response.model != model:
+        response = msgspec.structs.replace(response, model=model)
+    return encode_response(response)
+
+
 def encode_response(response: ChatResponse) -> bytes:
     """A canonical answer as a `chat.completion` object."""
     texts: list[str] = []

@@ -15,7 +15,7 @@ import time
 
 from adapters.inbound.openai import schema as w
 from adapters.inbound.openai.errors import stream_error_frame
-from adapters.inbound.openai.mapping import finish_reason, usage_out
+from adapters.inbound.openai.mapping import finish_reason, renamed, usage_out
 from domain.canonical import (
     Finish,
     MessageStart,
@@ -47,7 +47,7 @@ class ChunkWriter:
     `[DONE]` once, and nothing if the stream is already closed.
     """
 
-    __slots__ = ("_created", "_id", "_model", "_role_sent", "error", "finish_reason",
+    __slots__ = ("_created", "_id", "_model", "_rename", "_role_sent", "error", "finish_reason",
                  "include_usage", "phase", "usage")  # fmt: skip
 
     def __init__(self, include_usage: bool, model: str, request_id: str) -> None:
@@ -57,7 +57,8 @@ class ChunkWriter:
         self.finish_reason: str | None = None
         self.error: StreamError | None = None
         self._id = f"chatcmpl-{request_id}"
-        self._model = model
+        self._model = model  # the name the client asked for: every frame names it
+        self._rename = False  # the upstream names another model (the client used an alias)
         self._created = 0
         self._role_sent = False
 
@@ -82,12 +83,15 @@ class ChunkWriter:
                 return b"".join(frames) + stream_error_frame(event.kind, event.message, event.status)
             if isinstance(event, Finish):
                 self.finish_reason = event.reason
+            elif isinstance(event, MessageStart):
+                self._rename = event.model != self._model
             if not relay:
                 frames.append(self._encode(event))
         if native is not None and relay:
             if usage_only and not self.include_usage:
                 return b""
-            return b"data: " + native.data + b"\n\n"
+            data = renamed(native.data, self._model) if self._rename else native.data
+            return b"data: " + data + b"\n\n"
         return b"".join(frames)
 
     def finish(self) -> bytes:
@@ -127,6 +131,6 @@ class ChunkWriter:
         if isinstance(event, Finish):
             return self._delta(w.Delta(), finish_reason(event.reason))
         if isinstance(event, MessageStart):
-            self._id, self._model, self._created = event.id, event.model, event.created
+            self._id, self._created = event.id, event.created
             return self._delta(w.Delta(content=""))
         return b""

@@ -36,12 +36,12 @@ from domain.errors import (
     NotSupported,
     UpstreamError,
     UpstreamProtocolError,
-    UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
 from ports.telemetry import AttributeValue, Span
 
+from .context_errors import upstream_rejection
 from .request_body import encode_chat, encode_tokenize
 from .sse_decoder import SseDecoder, SseOverflow
 from .stream_mapping import Phase, StreamMapper, response_from_completion
@@ -183,7 +183,7 @@ class OpenAICompatClient:
             return
         message = _error_message(await self._read_all(resp))
         if 400 <= status < 500:
-            raise UpstreamRejected(status, message or f"upstream answered HTTP {status}")
+            raise upstream_rejection(status, message or f"upstream answered HTTP {status}")
         if status >= 500:
             raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}")
         raise UpstreamProtocolError(f"upstream '{self.name}' answered HTTP {status}")
