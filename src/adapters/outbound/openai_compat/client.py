@@ -1,36 +1,38 @@
-"""`UpstreamClient` for one OpenAI-compatible server (vLLM), over `adapters.outbound.http_pool`.
+"""`UpstreamClient` for one OpenAI-compatible server (vLLM), over aiohttp.
+
+Each upstream address has one `aiohttp.ClientSession` (`session.py`), opened and closed
+by the container; the client looks its session up by its upstream name on each call.
 
 Three timeouts, because the wait for headers and the gaps between body reads need
 different bounds (a non-streaming answer sends its headers only when generation is
-done): `connect_timeout` bounds DNS and TCP connect, `first_byte_timeout` the wait for
-the response headers, `idle_timeout` every single wait for more of the body.
+done): `connect_timeout` bounds DNS, TCP and TLS connect (aiohttp's `connect` and
+`sock_connect`), `first_byte_timeout` the wait for the response headers, `idle_timeout`
+every single wait for more of the body.
 
-Any exit before a response body's end closes the connection instead of returning
-it to the pool: that is how vLLM learns the client went away and aborts the
-generation. A body read to its end gives the connection back for reuse.
+Any exit before a response body's end closes the response, so its connection is
+closed instead of returned to the pool: that is how vLLM learns the client went away
+and aborts the generation. A body read to its end gives the connection back for reuse.
+A stream ends for its consumer as soon as `[DONE]` arrives; the end of the upstream's
+body, which lets aiohttp pool the connection again, may come later (`_DONE_GRACE`).
+
+A POST that meets a keep-alive connection the upstream closed or reset before the
+answer's head arrived (the keep-alive race: the upstream never read it) is sent again,
+once, on a new connection; aiohttp resends only idempotent methods itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Protocol
-from urllib.parse import urlsplit
 
+import aiohttp
 import msgspec
+from yarl import URL
 
-from adapters.outbound.http_pool import (
-    ConnectFailed,
-    ConnectionBroken,
-    ConnectTimedOut,
-    HttpPool,
-    MalformedResponse,
-    Response,
-    ResponseTimedOut,
-    TransportError,
-)
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk
 from domain.errors import (
     NotSupported,
@@ -43,6 +45,7 @@ from domain.errors import (
 from ports.telemetry import AttributeValue, Span
 
 from .request_body import encode_chat, encode_tokenize
+from .session import Attempt
 from .sse_decoder import SseDecoder, SseOverflow
 from .stream_mapping import Phase, StreamMapper, response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
@@ -55,18 +58,21 @@ class ClientTracer(Protocol):
 
     def start_client(self, name: str, attributes: Mapping[str, AttributeValue]) -> tuple[Span, dict[str, str]]: ...
 
-_JSON = {"Content-Type": "application/json", "Accept": "application/json"}
-_SSE = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-_DRAIN_TIMEOUT = 1.0  # after [DONE], how long to wait for the body's end (pool reuse)
+_JSON = {"Content-Type": "application/json", "Accept": "application/json", "Accept-Encoding": "identity"}
+_SSE = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+_DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the connection is closed
 
 
 class OpenAICompatClient:
     """One upstream server; share one instance per upstream address."""
 
-    __slots__ = ("_chat_path", "_first_byte", "_idle", "_pool", "_tokenize_path", "_tracer", "name")
+    __slots__ = (
+        "_chat_url", "_first_byte", "_idle", "_sessions", "_timeout", "_tokenize_url", "_tracer", "name",
+    )
 
     def __init__(
         self,
+        sessions: Mapping[str, aiohttp.ClientSession],
         *,
         name: str,
         base_url: str,
@@ -77,26 +83,23 @@ class OpenAICompatClient:
     ) -> None:
         root = base_url.rstrip("/")
         self.name = name
+        self._sessions = sessions  # this upstream's is `sessions[name]`, open while the app runs
         self._tracer = tracer
-        self._pool = HttpPool(root, connect_timeout=connect_timeout)
-        base_path = urlsplit(root).path
-        self._chat_path = base_path + "/v1/chat/completions"
-        self._tokenize_path = base_path + "/tokenize"
+        self._chat_url = URL(root + "/v1/chat/completions")
+        self._tokenize_url = URL(root + "/tokenize")
+        # Per call: the first byte and each body read are bounded by our own timers below.
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
         self._first_byte = first_byte_timeout
         self._idle = idle_timeout
 
     def __repr__(self) -> str:
-        return f"OpenAICompatClient({self.name!r}, {self._pool.origin!r})"
-
-    def close(self) -> None:
-        """Close the idle pooled connections (at shutdown)."""
-        self._pool.close()
+        return f"OpenAICompatClient({self.name!r}, {str(self._chat_url.origin())!r})"
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         body = encode_chat(request, stream=False)
         span, headers = self._client_span(request, _JSON)
         try:
-            resp = await self._post(self._chat_path, body, headers)
+            resp = await self._post(self._chat_url, body, headers)
             try:
                 await self._check_status(resp)
                 raw = await self._read_all(resp)
@@ -120,8 +123,8 @@ class OpenAICompatClient:
         span, carrier = self._tracer.start_client(
             f"chat {request.model}",
             {"gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
-             "gateway.upstream": self.name, "server.address": self._pool.host,
-             "server.port": self._pool.port, "gen_ai.request.stream": request.stream},
+             "gateway.upstream": self.name, "server.address": self._chat_url.host or "",
+             "server.port": self._chat_url.port or 0, "gen_ai.request.stream": request.stream},
         )
         return span, {**headers, **carrier}
 
@@ -130,7 +133,7 @@ class OpenAICompatClient:
 
     async def count_tokens(self, request: ChatRequest) -> int:
         body = encode_tokenize(request)
-        resp = await self._post(self._tokenize_path, body, _JSON)
+        resp = await self._post(self._tokenize_url, body, _JSON)
         try:
             if resp.status == 404:
                 raise NotSupported("upstream has no /tokenize")
@@ -145,7 +148,7 @@ class OpenAICompatClient:
 
     # --- transport -------------------------------------------------------------------
 
-    async def _post(self, path: str, body: bytes, headers: dict[str, str]) -> Response:
+    async def _post(self, url: URL, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         """Send `body` and wait for the response headers; failures as domain errors.
 
         `request.request_id` is deliberately not sent as `X-Request-Id`: vLLM uses that
@@ -153,30 +156,60 @@ class OpenAICompatClient:
         requests must not collide inside the engine.
         """
         try:
-            return await self._pool.request("POST", path, headers, body, self._first_byte)
-        except ConnectTimedOut as exc:
+            async with asyncio.timeout(self._first_byte):
+                return await self._send(url, body, headers)
+        except aiohttp.ConnectionTimeoutError as exc:  # before TimeoutError: it is one
             raise UpstreamTimeout(f"upstream '{self.name}' connect timed out") from exc
-        except ResponseTimedOut as exc:
+        except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"upstream '{self.name}' sent no response within {self._first_byte:g}s"
             ) from exc
-        except (ConnectFailed, ConnectionBroken) as exc:
-            # The transport's text names the host and port: logged here, never shown to clients.
+        except aiohttp.ClientConnectionError as exc:
+            # aiohttp's text names the host and port: logged here, never shown to clients.
             log.warning("upstream %s unreachable: %s", self.name, exc)
             raise UpstreamUnavailable(f"upstream '{self.name}' is unreachable") from exc
-        except MalformedResponse as exc:  # unparsable status line or headers
-            raise UpstreamProtocolError(f"upstream '{self.name}' sent a {exc}") from exc
+        except aiohttp.ClientResponseError as exc:  # unparsable status line or headers
+            raise UpstreamProtocolError(
+                f"upstream '{self.name}' sent a malformed HTTP response: {' '.join(exc.message.split())}"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            log.warning("upstream %s request failed: %s", self.name, exc)
+            raise UpstreamError(f"upstream '{self.name}' request failed") from exc
 
-    async def _read_all(self, resp: Response) -> bytes:
-        """The whole body, with `idle_timeout` bounding each wait for more."""
+    async def _send(self, url: URL, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        """One POST, sent again once if a reused connection died before the answer's head."""
+        session = self._sessions[self.name]
+        attempt = Attempt()
         try:
-            return await resp.read_all(self._idle)
-        except ResponseTimedOut as exc:
-            raise UpstreamTimeout(self._stalled()) from exc
-        except TransportError as exc:
-            raise UpstreamError(self._broken(exc)) from exc
+            return await session.post(
+                url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False,
+                trace_request_ctx=attempt,
+            )
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if not attempt.reused or isinstance(exc, aiohttp.ClientConnectorError):
+                raise
+        return await session.post(
+            url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False,
+        )
 
-    async def _check_status(self, resp: Response) -> None:
+    async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The whole body, with `idle_timeout` bounding each wait for more."""
+        parts = []
+        while data := await self._read(resp):
+            parts.append(data)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
+        """What arrived of the body since the last read (b"" at its end); failures as domain errors."""
+        try:
+            async with asyncio.timeout(self._idle):
+                return await resp.content.readany()
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream '{self.name}' sent nothing for {self._idle:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"upstream '{self.name}' connection failed mid-answer: {exc}") from exc
+
+    async def _check_status(self, resp: aiohttp.ClientResponse) -> None:
         """Raise the domain error for a non-2xx answer (the body carries the message)."""
         status = resp.status
         if 200 <= status < 300:
@@ -187,12 +220,6 @@ class OpenAICompatClient:
         if status >= 500:
             raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}")
         raise UpstreamProtocolError(f"upstream '{self.name}' answered HTTP {status}")
-
-    def _stalled(self) -> str:
-        return f"upstream '{self.name}' sent nothing for {self._idle:g}s"
-
-    def _broken(self, exc: BaseException) -> str:
-        return f"upstream '{self.name}' connection failed mid-answer: {exc}"
 
 
 def _end_span(span: Span | None, exc: BaseException | None) -> None:
@@ -226,7 +253,7 @@ class _StreamContext(AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]):
         body = encode_chat(request, stream=True)
         self._span, headers = client._client_span(request, _SSE)
         try:
-            resp = await client._post(client._chat_path, body, headers)
+            resp = await client._post(client._chat_url, body, headers)
         except BaseException as exc:
             _end_span(self._span, exc)
             raise
@@ -256,62 +283,65 @@ class _StreamContext(AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]):
 
 
 class _ChunkStream:
-    """Async iterator of one response's chunks. Mid-stream failures become a final
-    `StreamError` chunk, never an exception: the client has already had its 200."""
+    """Async iterator of one response's chunks, one batch per upstream read; it ends at
+    `[DONE]`. Mid-stream failures become a final `StreamError` chunk, never an exception:
+    the client has already had its 200."""
 
-    __slots__ = ("_client", "_decoder", "_eof", "_mapper", "_pending", "_resp")
+    __slots__ = ("_client", "_decoder", "_eof", "_mapper", "_resp")
 
-    def __init__(self, client: OpenAICompatClient, resp: Response) -> None:
+    def __init__(self, client: OpenAICompatClient, resp: aiohttp.ClientResponse) -> None:
         self._client = client
         self._resp = resp
         self._decoder = SseDecoder()
         self._mapper = StreamMapper()
-        self._pending: ChunkBatch = []
         self._eof = False
 
     def __aiter__(self) -> _ChunkStream:
         return self
 
     async def __anext__(self) -> ChunkBatch:
-        while not self._pending:
-            if self._eof or self._mapper.phase is Phase.FAILED:
-                raise StopAsyncIteration
-            await self._read()
-        batch, self._pending = self._pending, []
-        return batch
+        while not self._eof and not self._mapper.ended:
+            batch = await self._next_batch()
+            if batch:
+                return batch
+        raise StopAsyncIteration
 
     def close(self) -> None:
-        """Abort unless the body was read to its end (then the pool already has it)."""
-        self._eof = True
-        self._resp.close()
+        """Give the connection back if the body ended, else close it (the upstream aborts).
 
-    async def _read(self) -> None:
-        mapper, client = self._mapper, self._client
-        timeout = client._idle if not mapper.ended else min(client._idle, _DRAIN_TIMEOUT)
+        After `[DONE]` the body's end (the last chunk of a chunked answer) is usually in
+        flight: aiohttp returns the connection to the pool by itself when it arrives, so
+        the close waits `_DONE_GRACE` off the consumer's path (a no-op by then)."""
+        resp = self._resp
+        if self._mapper.phase is Phase.DONE and not resp.content.is_eof():
+            asyncio.get_running_loop().call_later(_DONE_GRACE, resp.close)
+        else:
+            resp.close()
+
+    async def _next_batch(self) -> ChunkBatch:
+        """The chunks of the next upstream read (maybe none); a failure as the last chunk."""
+        mapper = self._mapper
+        batch: ChunkBatch = []
         try:
-            data = await self._resp.read(timeout)
-        except ResponseTimedOut:
-            self._end(mapper.fail(UpstreamTimeout(client._stalled())))
-            return
-        except TransportError as exc:
-            self._end(mapper.fail(UpstreamError(client._broken(exc))))
-            return
+            data = await self._client._read(self._resp)
+        except (UpstreamTimeout, UpstreamError) as exc:
+            return self._end(batch, mapper.fail(exc))
         if not data:
-            self._end(mapper.close())
-            return
+            return self._end(batch, mapper.close())
         try:
             payloads = self._decoder.feed(data)
         except SseOverflow as exc:
-            self._end(mapper.fail(UpstreamProtocolError(str(exc))))
-            return
+            return self._end(batch, mapper.fail(UpstreamProtocolError(str(exc))))
         for payload in payloads:
             chunk = mapper.feed(payload)
             if chunk is not None:
-                self._pending.append(chunk)
+                batch.append(chunk)
                 if mapper.phase is Phase.FAILED:
-                    return
+                    break
+        return batch
 
-    def _end(self, last: StreamChunk | None) -> None:
+    def _end(self, batch: ChunkBatch, last: StreamChunk | None) -> ChunkBatch:
         self._eof = True
         if last is not None:
-            self._pending.append(last)
+            batch.append(last)
+        return batch
