@@ -12,12 +12,11 @@ every single wait for more of the body.
 Any exit before a response body's end closes the response, so its connection is
 closed instead of returned to the pool: that is how vLLM learns the client went away
 and aborts the generation. A body read to its end gives the connection back for reuse.
-A stream ends for its consumer as soon as `[DONE]` arrives; the end of the upstream's
-body, which lets aiohttp pool the connection again, may come later (`_DONE_GRACE`).
+A stream ends for its consumer as soon as `[DONE]` arrives (`chunk_stream.py`).
 
 A POST that meets a keep-alive connection the upstream closed or reset before the
 answer's head arrived (the keep-alive race: the upstream never read it) is sent again,
-once, on a new connection; aiohttp resends only idempotent methods itself.
+once; aiohttp resends only idempotent methods itself.
 """
 
 from __future__ import annotations
@@ -25,15 +24,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 import aiohttp
 import msgspec
 from yarl import URL
 
-from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk
+from domain.canonical import ChatRequest, ChatResponse, ChunkBatch
 from domain.errors import (
     NotSupported,
     UpstreamError,
@@ -44,10 +42,10 @@ from domain.errors import (
 )
 from ports.telemetry import AttributeValue, Span
 
+from .chunk_stream import ChunkStream
 from .request_body import encode_chat, encode_tokenize
 from .session import Attempt
-from .sse_decoder import SseDecoder, SseOverflow
-from .stream_mapping import Phase, StreamMapper, response_from_completion
+from .stream_mapping import response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
 
 log = logging.getLogger("gateway.upstream")
@@ -60,7 +58,6 @@ class ClientTracer(Protocol):
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json", "Accept-Encoding": "identity"}
 _SSE = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
-_DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the connection is closed
 
 
 class OpenAICompatClient:
@@ -128,8 +125,26 @@ class OpenAICompatClient:
         )
         return span, {**headers, **carrier}
 
-    def open_stream(self, request: ChatRequest) -> _StreamContext:
-        return _StreamContext(self, request)
+    @asynccontextmanager
+    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
+        span, headers = self._client_span(request, _SSE)
+        try:
+            resp = await self._post(self._chat_url, encode_chat(request, stream=True), headers)
+            stream = ChunkStream(resp, self._read)
+            try:
+                await self._check_status(resp)
+                if resp.content_type != "text/event-stream":
+                    message = _error_message(await self._read_all(resp))
+                    raise UpstreamProtocolError(
+                        f"upstream '{self.name}' answered {resp.content_type}, not an event stream: {message}"
+                    )
+                yield stream
+            finally:
+                stream.close()
+        except BaseException as exc:
+            _end_span(span, exc)
+            raise
+        _end_span(span, None)
 
     async def count_tokens(self, request: ChatRequest) -> int:
         body = encode_tokenize(request)
@@ -235,113 +250,3 @@ def _error_message(raw: bytes) -> str | None:
     except msgspec.DecodeError:
         message = None
     return message or raw.decode("utf-8", "replace").strip()[:500] or None
-
-
-class _StreamContext(AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]):
-    """What `open_stream` returns: entering sends and checks; leaving closes."""
-
-    __slots__ = ("_client", "_request", "_span", "_stream")
-
-    def __init__(self, client: OpenAICompatClient, request: ChatRequest) -> None:
-        self._client = client
-        self._request = request
-        self._stream: _ChunkStream | None = None
-        self._span: Span | None = None
-
-    async def __aenter__(self) -> AsyncIterator[ChunkBatch]:
-        client, request = self._client, self._request
-        body = encode_chat(request, stream=True)
-        self._span, headers = client._client_span(request, _SSE)
-        try:
-            resp = await client._post(client._chat_url, body, headers)
-        except BaseException as exc:
-            _end_span(self._span, exc)
-            raise
-        try:
-            await client._check_status(resp)
-            if resp.content_type != "text/event-stream":
-                message = _error_message(await client._read_all(resp))
-                raise UpstreamProtocolError(
-                    f"upstream '{client.name}' answered {resp.content_type}, not an event stream: {message}"
-                )
-        except BaseException as exc:
-            resp.close()
-            _end_span(self._span, exc)
-            raise
-        self._stream = _ChunkStream(client, resp)
-        return self._stream
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            _end_span(self._span, exc)
-
-
-class _ChunkStream:
-    """Async iterator of one response's chunks, one batch per upstream read; it ends at
-    `[DONE]`. Mid-stream failures become a final `StreamError` chunk, never an exception:
-    the client has already had its 200."""
-
-    __slots__ = ("_client", "_decoder", "_eof", "_mapper", "_resp")
-
-    def __init__(self, client: OpenAICompatClient, resp: aiohttp.ClientResponse) -> None:
-        self._client = client
-        self._resp = resp
-        self._decoder = SseDecoder()
-        self._mapper = StreamMapper()
-        self._eof = False
-
-    def __aiter__(self) -> _ChunkStream:
-        return self
-
-    async def __anext__(self) -> ChunkBatch:
-        while not self._eof and not self._mapper.ended:
-            batch = await self._next_batch()
-            if batch:
-                return batch
-        raise StopAsyncIteration
-
-    def close(self) -> None:
-        """Give the connection back if the body ended, else close it (the upstream aborts).
-
-        After `[DONE]` the body's end (the last chunk of a chunked answer) is usually in
-        flight: aiohttp returns the connection to the pool by itself when it arrives, so
-        the close waits `_DONE_GRACE` off the consumer's path (a no-op by then)."""
-        resp = self._resp
-        if self._mapper.phase is Phase.DONE and not resp.content.is_eof():
-            asyncio.get_running_loop().call_later(_DONE_GRACE, resp.close)
-        else:
-            resp.close()
-
-    async def _next_batch(self) -> ChunkBatch:
-        """The chunks of the next upstream read (maybe none); a failure as the last chunk."""
-        mapper = self._mapper
-        batch: ChunkBatch = []
-        try:
-            data = await self._client._read(self._resp)
-        except (UpstreamTimeout, UpstreamError) as exc:
-            return self._end(batch, mapper.fail(exc))
-        if not data:
-            return self._end(batch, mapper.close())
-        try:
-            payloads = self._decoder.feed(data)
-        except SseOverflow as exc:
-            return self._end(batch, mapper.fail(UpstreamProtocolError(str(exc))))
-        for payload in payloads:
-            chunk = mapper.feed(payload)
-            if chunk is not None:
-                batch.append(chunk)
-                if mapper.phase is Phase.FAILED:
-                    break
-        return batch
-
-    def _end(self, batch: ChunkBatch, last: StreamChunk | None) -> ChunkBatch:
-        self._eof = True
-        if last is not None:
-            batch.append(last)
-        return batch
