@@ -9,12 +9,14 @@ started as child processes and a config pointing at them.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from dependency_injector import containers, providers
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
@@ -29,7 +31,7 @@ from adapters.inbound.fast_path import FastPath
 from adapters.inbound.operations import operations_routes
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
-from adapters.outbound.openai_compat import OpenAICompatClient
+from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
@@ -76,10 +78,13 @@ def _telemetry(config: Config) -> Iterator[OtelTelemetry | None]:
         tracing.shutdown()
 
 
-def _upstream_clients(config: Config, tracing: OtelTelemetry | None) -> Iterator[dict[str, OpenAICompatClient]]:
-    """One client (and connection pool) per upstream address, closed at shutdown."""
-    clients = {
+def _upstream_clients(
+    config: Config, sessions: Mapping[str, aiohttp.ClientSession], tracing: OtelTelemetry | None
+) -> dict[str, OpenAICompatClient]:
+    """One client per upstream address, each on its session in `sessions` (by upstream name)."""
+    return {
         name: OpenAICompatClient(
+            sessions,
             name=name,
             base_url=upstream.url,
             connect_timeout=upstream.connect_timeout_seconds,
@@ -89,11 +94,24 @@ def _upstream_clients(config: Config, tracing: OtelTelemetry | None) -> Iterator
         )
         for name, upstream in config.upstreams.items()
     }
+
+
+async def _upstream_sessions(
+    config: Config, sessions: dict[str, aiohttp.ClientSession]
+) -> AsyncIterator[dict[str, aiohttp.ClientSession]]:
+    """One aiohttp session per upstream address, opened in the serving loop and closed at shutdown.
+
+    aiohttp binds a session to the running event loop, while the clients (and everything
+    built on them) are made before it runs: the clients share `sessions`, filled here.
+    """
+    for name, upstream in config.upstreams.items():
+        sessions[name] = upstream_session(upstream.url)
     try:
-        yield clients
+        yield sessions
     finally:
-        for client in clients.values():
-            client.close()
+        opened = list(sessions.values())
+        sessions.clear()
+        await asyncio.gather(*(session.close() for session in opened))
 
 
 def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAdmissionGate:
@@ -122,7 +140,10 @@ class Container(containers.DeclarativeContainer):
     router = providers.Singleton(lambda c: _router(c), config)
     gate = providers.Singleton(lambda c, clock: _gate(c, clock), config, clock)
     tracing = providers.Resource(_telemetry, config)
-    upstreams = providers.Resource(_upstream_clients, config, tracing)
+    # upstream name -> its aiohttp session, filled and emptied by the resource below
+    sessions: providers.Singleton[dict[str, aiohttp.ClientSession]] = providers.Singleton(dict)
+    upstream_sessions = providers.Resource(_upstream_sessions, config, sessions)
+    upstreams = providers.Singleton(_upstream_clients, config, sessions, tracing)
     service = providers.Singleton(
         lambda c, router, upstreams, gate, clock, tracing: ChatService(
             router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing
@@ -181,7 +202,7 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        container.init_resources()  # every resource is synchronous: nothing to await
+        await container.init_resources()  # type: ignore[misc]  # the upstream sessions are async
         gate: Any = container.gate()
         shared = hasattr(gate, "start")  # a shared (Redis) gate has a lifespan of its own
         if shared:
@@ -191,7 +212,7 @@ def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) 
         finally:
             if shared:
                 await gate.close()
-            container.shutdown_resources()
+            await container.shutdown_resources()  # type: ignore[misc]
 
     cors = (
         CORSConfig(allow_origins=config.server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],

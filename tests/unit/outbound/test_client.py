@@ -1,4 +1,4 @@
-"""`OpenAICompatClient` (over `http_pool`) against a scripted aiohttp server on 127.0.0.1.
+"""`OpenAICompatClient` (over aiohttp) against a scripted aiohttp server on 127.0.0.1.
 
 The request's `model` picks the server's behaviour, so one server serves every case.
 """
@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from adapters.outbound.openai_compat import OpenAICompatClient
+from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from domain.canonical import (
     ChatRequest,
     Finish,
@@ -52,11 +53,16 @@ class Upstream:
     url: str = ""
     bodies: list[dict[str, Any]] = field(default_factory=list)
     peers: list[object] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
     disconnected: asyncio.Event = field(default_factory=asyncio.Event)
+    sessions: dict[str, aiohttp.ClientSession] = field(default_factory=dict)
 
     def client(self, url: str | None = None, **kw: float) -> OpenAICompatClient:
+        """A client with a session of its own, as the container gives each upstream address."""
         timeouts = {"connect_timeout": 1.0, "first_byte_timeout": 2.0, "idle_timeout": 2.0} | kw
-        return OpenAICompatClient(name="test", base_url=url or self.url, **timeouts)
+        name = f"test{len(self.sessions)}"
+        self.sessions[name] = upstream_session(url or self.url)
+        return OpenAICompatClient(self.sessions, name=name, base_url=url or self.url, **timeouts)
 
 
 def error(status: int, message: str, flat: bool = False) -> web.Response:
@@ -82,6 +88,7 @@ def make_app(state: Upstream) -> web.Application:
         body = await request.json()
         state.bodies.append(body)
         state.peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        state.headers.append({k.lower(): v for k, v in request.headers.items()})
         model = body["model"]
         if model == "json":
             return web.Response(body=COMPLETION, content_type="application/json")
@@ -117,6 +124,15 @@ def make_app(state: Upstream) -> web.Application:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
             return resp
+        if model in ("done_then_hold", "done_then_end"):  # [DONE], then the body's end late or never
+            resp = await sse(request, [(FIXTURES / "plain_text_usage.sse").read_bytes()], end=False)
+            try:
+                await asyncio.sleep(30 if model == "done_then_hold" else 0.2)
+            except asyncio.CancelledError:
+                state.disconnected.set()
+                raise
+            await resp.write_eof()
+            return resp
         if model == "endless":
             frame = b'data: {"id":"e","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
             resp = await sse(request, [], end=False)
@@ -148,6 +164,8 @@ async def up() -> AsyncIterator[Upstream]:
     await server.start_server()
     state.url = str(server.make_url("/"))
     yield state
+    for session in state.sessions.values():
+        await session.close()
     await server.close()
 
 
@@ -175,6 +193,9 @@ async def test_complete_maps_the_answer(up: Upstream) -> None:
     assert (response.usage.input_tokens, response.usage.output_tokens) == (50, 20)
     assert response.native is not None and response.native.data == COMPLETION
     assert "stream" not in up.bodies[0]
+    sent = up.headers[0]
+    assert sent["accept-encoding"] == "identity"  # bytes are relayed as they come: never compressed
+    assert "user-agent" not in sent and "cookie" not in sent
 
 
 async def test_stream_yields_canonical_chunks(up: Upstream) -> None:
@@ -197,6 +218,27 @@ async def test_chunks_of_one_read_come_as_one_batch(up: Upstream) -> None:
 async def test_finished_stream_returns_its_connection_to_the_pool(up: Upstream) -> None:
     c = up.client()
     await collect(c, request("stream"))
+    await collect(c, request("stream"))
+    assert up.peers[0] == up.peers[1]
+
+
+async def test_done_ends_the_stream_before_the_body_ends(up: Upstream) -> None:
+    """The consumer's stream ends at [DONE]; an upstream that then keeps its body open
+    for 30 s loses the connection after the grace period instead of holding it."""
+    c = up.client()
+    started = asyncio.get_running_loop().time()
+    chunks = await collect(c, request("done_then_hold"))
+    assert asyncio.get_running_loop().time() - started < 0.5
+    assert Finish(reason="end_turn") in [e for chunk in chunks for e in chunk.events]
+    await asyncio.wait_for(up.disconnected.wait(), 3)
+
+
+async def test_a_body_that_ends_after_done_still_returns_its_connection(up: Upstream) -> None:
+    c = up.client()
+    started = asyncio.get_running_loop().time()
+    await collect(c, request("done_then_end"))
+    assert asyncio.get_running_loop().time() - started < 0.15  # not held up by the end 0.2 s later
+    await asyncio.sleep(0.4)  # the end has arrived: aiohttp pooled the connection
     await collect(c, request("stream"))
     assert up.peers[0] == up.peers[1]
 
@@ -307,7 +349,7 @@ async def test_leaving_the_stream_early_aborts_the_upstream(up: Upstream) -> Non
 
 
 async def test_count_tokens(up: Upstream) -> None:
-    c = OpenAICompatClient(name="test", base_url=up.url + "/")  # a trailing slash on the root
+    c = up.client(up.url + "/")  # a trailing slash on the root
     assert await c.count_tokens(request("any")) == 7
     with pytest.raises(NotSupported):
         await c.count_tokens(request("no-tokenize"))

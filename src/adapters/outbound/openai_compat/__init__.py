@@ -1,6 +1,8 @@
-"""Outbound adapter for OpenAI-compatible model servers (vLLM): keep-alive HTTP/1.1 client,
-request body mapping, SSE decoding and stream mapping to canonical events."""
+"""Outbound adapter for OpenAI-compatible model servers (vLLM): aiohttp client (one
+session per upstream address), request body mapping, SSE decoding and stream mapping to
+canonical events."""
 
 from .client import OpenAICompatClient
+from .session import upstream_session
 
-__all__ = ["OpenAICompatClient"]
+__all__ = ["OpenAICompatClient", "upstream_session"]

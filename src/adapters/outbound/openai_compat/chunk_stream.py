@@ -1,0 +1,87 @@
+"""One streamed answer as an async iterator of `ChunkBatch`es: upstream reads -> SSE
+payloads (`SseDecoder`) -> canonical chunks (`StreamMapper`), one batch per read.
+
+The iterator ends at `[DONE]`: the consumer's stream must not wait for the end of the
+upstream's body. That end (the last chunk of a chunked answer) is usually still in
+flight; aiohttp gives the connection back to the session's pool by itself when it
+arrives, so `close()` only arms a close for `_DONE_GRACE` later (a no-op by then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+
+from domain.canonical import ChunkBatch, StreamChunk
+from domain.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
+
+from .sse_decoder import SseDecoder, SseOverflow
+from .stream_mapping import Phase, StreamMapper
+
+# The body's next bytes (b"" at its end), each wait bounded; raises UpstreamTimeout / UpstreamError.
+Reader = Callable[[aiohttp.ClientResponse], Awaitable[bytes]]
+_DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the connection is closed
+
+
+class ChunkStream:
+    """Async iterator of one response's chunks, one batch per upstream read; it ends at
+    `[DONE]`. Mid-stream failures become a final `StreamError` chunk, never an exception:
+    the client has already had its 200."""
+
+    __slots__ = ("_decoder", "_eof", "_mapper", "_read", "_resp")
+
+    def __init__(self, resp: aiohttp.ClientResponse, read: Reader) -> None:
+        self._resp = resp
+        self._read = read
+        self._decoder = SseDecoder()
+        self._mapper = StreamMapper()
+        self._eof = False
+
+    def __aiter__(self) -> ChunkStream:
+        return self
+
+    async def __anext__(self) -> ChunkBatch:
+        while not self._eof and not self._mapper.ended:
+            batch = await self._next_batch()
+            if batch:
+                return batch
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        """Close the response (its connection, so the upstream aborts) unless the body
+        ended; after `[DONE]`, only once the grace period is over (see the module doc)."""
+        resp = self._resp
+        if self._mapper.phase is Phase.DONE and not resp.content.is_eof():
+            asyncio.get_running_loop().call_later(_DONE_GRACE, resp.close)
+        else:
+            resp.close()
+
+    async def _next_batch(self) -> ChunkBatch:
+        """The chunks of the next upstream read (maybe none); a failure as the last chunk."""
+        mapper = self._mapper
+        batch: ChunkBatch = []
+        try:
+            data = await self._read(self._resp)
+        except (UpstreamTimeout, UpstreamError) as exc:
+            return self._end(batch, mapper.fail(exc))
+        if not data:
+            return self._end(batch, mapper.close())
+        try:
+            payloads = self._decoder.feed(data)
+        except SseOverflow as exc:
+            return self._end(batch, mapper.fail(UpstreamProtocolError(str(exc))))
+        for payload in payloads:
+            chunk = mapper.feed(payload)
+            if chunk is not None:
+                batch.append(chunk)
+                if mapper.phase is Phase.FAILED:
+                    break
+        return batch
+
+    def _end(self, batch: ChunkBatch, last: StreamChunk | None) -> ChunkBatch:
+        self._eof = True
+        if last is not None:
+            batch.append(last)
+        return batch
