@@ -11,22 +11,20 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from dependency_injector import containers, providers
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
-from litestar.handlers import asgi
 
 import serving
 from adapters.inbound import anthropic, openai
-from adapters.inbound._shared.dialect import EdgeContext, InboundDialect
+from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
 from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
-from adapters.inbound.fast_path import FastPath
-from adapters.inbound.operations import operations_routes
+from adapters.inbound.operations import operations_handlers
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient
@@ -44,7 +42,7 @@ if TYPE_CHECKING:  # imported where used: a process without Redis or tracing nev
     from adapters.outbound.redis_gate import RedisAdmissionGate
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
-DIALECTS: list[InboundDialect] = [openai.dialect, anthropic.dialect]
+DIALECTS: list[DialectRouter] = [openai.router, anthropic.router]
 
 log = logging.getLogger("gateway")
 
@@ -115,8 +113,63 @@ def _fenced(reason: str, lost: int) -> None:
     log.error("admission: this process was fenced (%s); %d slot lease(s) lost", reason, lost)
 
 
+def _input_limits(config: Config) -> InputLimits:
+    """The edge's input limits; `max_output_tokens` is per upstream, looked up per model."""
+    server = config.server
+    caps = {
+        model: upstream.max_output_tokens
+        for upstream in config.upstreams.values() if upstream.max_output_tokens is not None
+        for model in upstream.models
+    }
+    return InputLimits(
+        max_header_bytes=server.max_header_bytes, body_timeout_seconds=server.body_timeout_seconds,
+        max_messages=server.max_messages, max_content_blocks=server.max_content_blocks, max_output_tokens=caps,
+    )
+
+
+def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        container.init_resources()  # every resource is synchronous: nothing to await
+        gate = container.gate()
+        await gate.start()
+        try:
+            yield
+        finally:
+            await gate.close()
+            container.shutdown_resources()
+
+    return lifespan
+
+
+def _litestar_app(
+    config: Config, dialects: Sequence[DialectRouter], context: EdgeContext,
+    metrics: PrometheusMetrics, lifecycle: serving.Lifecycle, container: Container,
+) -> Litestar:
+    """Every registered dialect's Router plus the operations endpoints, on one Litestar app."""
+    handlers: list[Any] = [dialect(context) for dialect in dialects]
+    handlers += operations_handlers(metrics.render, ready=lifecycle.ready)
+    server = config.server
+    cors = (
+        CORSConfig(allow_origins=server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],
+                   allow_headers=["*"], expose_headers=["request-id", "x-request-id", "retry-after"])
+        if server.cors_allowed_origins
+        else None
+    )
+    app = Litestar(route_handlers=handlers, lifespan=[_lifespan(container)], cors_config=cors,
+                   openapi_config=None, logging_config=None)
+    app.state.container = container
+    # The server's protocol bounds the request head below the app (SECURITY.md); serving reads it.
+    app.state.http_protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
+    return app
+
+
 class Container(containers.DeclarativeContainer):
+    """Builds everything: the Litestar app, its dialect Routers, the upstream clients, the gate."""
+
+    __self__ = providers.Self()
     config = providers.Dependency(instance_of=Config)
+    dialects = providers.Dependency(instance_of=list, default=DIALECTS)
     clock = providers.Singleton(SystemClock)
     lifecycle = providers.Singleton(serving.Lifecycle)
     router = providers.Singleton(
@@ -136,75 +189,21 @@ class Container(containers.DeclarativeContainer):
     observer = providers.Singleton(
         lambda log, metrics, tracing: EdgeObserver(log, metrics, tracing=tracing), request_log, metrics, tracing
     )
-
-
-def _input_limits(config: Config) -> InputLimits:
-    """The edge's input limits; `max_output_tokens` is per upstream, looked up per model."""
-    server = config.server
-    caps = {
-        model: upstream.max_output_tokens
-        for upstream in config.upstreams.values() if upstream.max_output_tokens is not None
-        for model in upstream.models
-    }
-    return InputLimits(
-        max_header_bytes=server.max_header_bytes, body_timeout_seconds=server.body_timeout_seconds,
-        max_messages=server.max_messages, max_content_blocks=server.max_content_blocks, max_output_tokens=caps,
+    edge_context = providers.Singleton(
+        lambda c, service, observer: EdgeContext(
+            service=service, observer=observer, max_body_bytes=c.server.max_body_bytes,
+            ping_interval_seconds=c.server.ping_interval_seconds, limits=_input_limits(c),
+        ),
+        config, service, observer,
     )
+    app = providers.Singleton(_litestar_app, config, dialects, edge_context, metrics, lifecycle, __self__)
 
 
-def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) -> FastPath:
-    """The ASGI app serving every registered dialect plus the operations endpoints.
-
-    Litestar routes everything; exact dialect paths are also dispatched directly by
-    `FastPath` in front of it (see there why).
-    """
-    container = Container(config=config)
-    context = EdgeContext(
-        service=container.service(),
-        observer=container.observer(),
-        max_body_bytes=config.server.max_body_bytes,
-        ping_interval_seconds=config.server.ping_interval_seconds,
-        limits=_input_limits(config),
-    )
-    handlers = []
-    exact: dict[str, Any] = {}
-    for dialect in DIALECTS if dialects is None else dialects:
-        for route in dialect.routes(context):
-            if not route.mount:
-                exact[route.path] = route.endpoint
-            handlers.append(asgi(route.path, copy_scope=route.mount, is_mount=route.mount,
-                                 name=f"{dialect.name}:{route.path}")(route.endpoint))
-    metrics, lifecycle = container.metrics(), container.lifecycle()
-    for route in operations_routes(metrics.render, ready=lifecycle.ready):
-        handlers.append(asgi(route.path, copy_scope=False)(route.endpoint))
-
-    @asynccontextmanager
-    async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        container.init_resources()  # every resource is synchronous: nothing to await
-        gate: Any = container.gate()
-        shared = hasattr(gate, "start")  # a shared (Redis) gate has a lifespan of its own
-        if shared:
-            await gate.start()
-        try:
-            yield
-        finally:
-            if shared:
-                await gate.close()
-            container.shutdown_resources()
-
-    cors = (
-        CORSConfig(allow_origins=config.server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],
-                   allow_headers=["*"], expose_headers=["request-id", "x-request-id", "retry-after"])
-        if config.server.cors_allowed_origins
-        else None
-    )
-    app = Litestar(route_handlers=handlers, lifespan=[lifespan], cors_config=cors, openapi_config=None,
-                  logging_config=None)
-    app.state.container = container
-    # The server's protocol bounds the request head below the app (SECURITY.md); serving reads it.
-    server = config.server
-    app.state.http_protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
-    return FastPath(app, exact)
+def build_app(config: Config, dialects: Sequence[DialectRouter] | None = None) -> Litestar:
+    """The app `gateway serve` runs: built by the container (tests may pass their dialects)."""
+    container = Container(config=config) if dialects is None else Container(config=config, dialects=list(dialects))
+    app: Litestar = container.app()
+    return app
 
 
 # --- CLI ---------------------------------------------------------------------------
@@ -221,7 +220,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     grace = config.server.drain_grace_seconds
 
-    def build() -> tuple[FastPath, Any]:
+    def build() -> tuple[Litestar, Any]:
         app = build_app(config)
         container = app.state.container
         return app, serving.make_drain(container.lifecycle(), container.gate(), grace)
