@@ -20,6 +20,9 @@ class Exchange:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
         self.hang_up = asyncio.Event()
+        # After this many body sends, a send never completes (the client stopped reading)
+        # and the client hangs up meanwhile.
+        self.stall_after: int | None = None
 
     @property
     def status(self) -> int:
@@ -68,6 +71,9 @@ async def request(
         ex.messages.append(message)
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             done.set()
+        if ex.stall_after is not None and len(ex.messages) > ex.stall_after:
+            ex.hang_up.set()
+            await asyncio.Event().wait()
         await asyncio.sleep(0)
 
     await app(scope(method, path, headers), receive, send)

@@ -252,6 +252,24 @@ async def test_hang_up_mid_stream_closes_the_upstream_and_frees_the_slot() -> No
     assert edge.observer[0].client_gone is True
 
 
+async def test_hang_up_during_a_send_closes_the_stream_before_the_request_is_reported() -> None:
+    """Litestar stops iterating a stream whose client left during a send, without closing
+    it: the edge closes it, so the slot is free and the upstream closed by the time the
+    request's record is reported (not when the generator is garbage-collected)."""
+    edge = Edge(FakeUpstream(NATIVE[:2], hang=True))
+    seen: list[tuple[int, int]] = []
+    report = edge.observer.request_finished
+
+    def finished(record: RequestRecord, handle: object = None) -> None:
+        seen.append((edge.upstream.closed, edge.gate.in_use))
+        report(record, handle)
+
+    edge.observer.request_finished = finished  # type: ignore[method-assign]
+    edge.exchange.stall_after = 1  # the first frame's send never completes
+    await asyncio.wait_for(edge.call("/v1/chat/completions", {**REQUEST, "stream": True}), 2)
+    assert seen == [(1, 0)] and edge.observer[0].client_gone is True
+
+
 async def test_non_stream_relays_the_native_body() -> None:
     data = b'{"id":"chatcmpl-1","object":"chat.completion","choices":[],"n_extra":1}'
     response = ChatResponse(
