@@ -12,23 +12,21 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from dependency_injector import containers, providers
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
-from litestar.handlers import asgi
 
 import serving
 from adapters.inbound import anthropic, openai
-from adapters.inbound._shared.dialect import EdgeContext, InboundDialect
+from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
 from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
-from adapters.inbound.fast_path import FastPath
-from adapters.inbound.operations import operations_routes
+from adapters.inbound.operations import operations_handlers
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
@@ -46,7 +44,7 @@ if TYPE_CHECKING:  # imported where used: a process without Redis or tracing nev
     from adapters.outbound.redis_gate import RedisAdmissionGate
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
-DIALECTS: list[InboundDialect] = [openai.dialect, anthropic.dialect]
+DIALECTS: list[DialectRouter] = [openai.router, anthropic.router]
 
 log = logging.getLogger("gateway")
 
@@ -133,8 +131,64 @@ def _fenced(reason: str, lost: int) -> None:
     log.error("admission: this process was fenced (%s); %d slot lease(s) lost", reason, lost)
 
 
+def _router(config: Config) -> ModelRouter:
+    upstreams = config.upstreams
+    return ModelRouter({n: u.models for n, u in upstreams.items()}, {n: u.aliases for n, u in upstreams.items()})
+
+
+def _input_limits(config: Config, router: ModelRouter | None = None) -> InputLimits:
+    """The edge's input limits; `max_output_tokens` is per upstream, looked up per model (aliases too)."""
+    server = config.server
+    caps = (router or _router(config)).per_model(
+        {name: u.max_output_tokens for name, u in config.upstreams.items() if u.max_output_tokens is not None}
+    )
+    return InputLimits(
+        max_header_bytes=server.max_header_bytes, body_timeout_seconds=server.body_timeout_seconds,
+        max_messages=server.max_messages, max_content_blocks=server.max_content_blocks, max_output_tokens=caps,
+    )
+
+
+def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await container.init_resources()  # type: ignore[misc]  # the upstream sessions are async
+        gate = container.gate()
+        await gate.start()
+        try:
+            yield
+        finally:
+            await gate.close()
+            await container.shutdown_resources()  # type: ignore[misc]
+
+    return lifespan
+
+
+def _litestar_app(
+    config: Config, dialects: Sequence[DialectRouter], context: EdgeContext,
+    metrics: PrometheusMetrics, lifecycle: serving.Lifecycle, container: Container,
+) -> Litestar:
+    """Every registered dialect's Router plus the operations endpoints, on one Litestar app."""
+    handlers: list[Any] = [dialect(context) for dialect in dialects]
+    handlers += operations_handlers(metrics.render, ready=lifecycle.ready)
+    server = config.server
+    cors = (
+        CORSConfig(allow_origins=server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],
+                   allow_headers=["*"], expose_headers=["request-id", "x-request-id", "retry-after"])
+        if server.cors_allowed_origins
+        else None
+    )
+    app = Litestar(route_handlers=handlers, lifespan=[_lifespan(container)], cors_config=cors,
+                   openapi_config=None, logging_config=None)
+    app.state.container = container
+    return app
+
+
 class Container(containers.DeclarativeContainer):
+    """Builds everything: the Litestar app, its dialect Routers, the upstream clients, the gate."""
+
+    __self__ = providers.Self()
     config = providers.Dependency(instance_of=Config)
+    dialects = providers.Dependency(instance_of=list, default=DIALECTS)
     clock = providers.Singleton(SystemClock)
     lifecycle = providers.Singleton(serving.Lifecycle)
     router = providers.Singleton(lambda c: _router(c), config)
@@ -155,75 +209,21 @@ class Container(containers.DeclarativeContainer):
     observer = providers.Singleton(
         lambda log, metrics, tracing: EdgeObserver(log, metrics, tracing=tracing), request_log, metrics, tracing
     )
-
-
-def _router(config: Config) -> ModelRouter:
-    upstreams = config.upstreams
-    return ModelRouter({n: u.models for n, u in upstreams.items()}, {n: u.aliases for n, u in upstreams.items()})
-
-
-def _input_limits(config: Config, router: ModelRouter | None = None) -> InputLimits:
-    """The edge's input limits; `max_output_tokens` is per upstream, looked up per model (aliases too)."""
-    server = config.server
-    caps = (router or _router(config)).per_model(
-        {name: u.max_output_tokens for name, u in config.upstreams.items() if u.max_output_tokens is not None}
+    edge_context = providers.Singleton(
+        lambda c, router, service, observer: EdgeContext(
+            service=service, observer=observer, max_body_bytes=c.server.max_body_bytes,
+            ping_interval_seconds=c.server.ping_interval_seconds, limits=_input_limits(c, router),
+        ),
+        config, router, service, observer,
     )
-    return InputLimits(
-        max_header_bytes=server.max_header_bytes, body_timeout_seconds=server.body_timeout_seconds,
-        max_messages=server.max_messages, max_content_blocks=server.max_content_blocks, max_output_tokens=caps,
-    )
+    app = providers.Singleton(_litestar_app, config, dialects, edge_context, metrics, lifecycle, __self__)
 
 
-def build_app(config: Config, dialects: Sequence[InboundDialect] | None = None) -> FastPath:
-    """The ASGI app serving every registered dialect plus the operations endpoints.
-
-    Litestar routes everything; exact dialect paths are also dispatched directly by
-    `FastPath` in front of it (see there why).
-    """
-    container = Container(config=config)
-    context = EdgeContext(
-        service=container.service(),
-        observer=container.observer(),
-        max_body_bytes=config.server.max_body_bytes,
-        ping_interval_seconds=config.server.ping_interval_seconds,
-        limits=_input_limits(config, container.router()),
-    )
-    handlers = []
-    exact: dict[str, Any] = {}
-    for dialect in DIALECTS if dialects is None else dialects:
-        for route in dialect.routes(context):
-            if not route.mount:
-                exact[route.path] = route.endpoint
-            handlers.append(asgi(route.path, copy_scope=route.mount, is_mount=route.mount,
-                                 name=f"{dialect.name}:{route.path}")(route.endpoint))
-    metrics, lifecycle = container.metrics(), container.lifecycle()
-    for route in operations_routes(metrics.render, ready=lifecycle.ready):
-        handlers.append(asgi(route.path, copy_scope=False)(route.endpoint))
-
-    @asynccontextmanager
-    async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        await container.init_resources()  # type: ignore[misc]  # the upstream sessions are async
-        gate: Any = container.gate()
-        shared = hasattr(gate, "start")  # a shared (Redis) gate has a lifespan of its own
-        if shared:
-            await gate.start()
-        try:
-            yield
-        finally:
-            if shared:
-                await gate.close()
-            await container.shutdown_resources()  # type: ignore[misc]
-
-    cors = (
-        CORSConfig(allow_origins=config.server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],
-                   allow_headers=["*"], expose_headers=["request-id", "x-request-id", "retry-after"])
-        if config.server.cors_allowed_origins
-        else None
-    )
-    app = Litestar(route_handlers=handlers, lifespan=[lifespan], cors_config=cors, openapi_config=None,
-                  logging_config=None)
-    app.state.container = container
-    return FastPath(app, exact)
+def build_app(config: Config, dialects: Sequence[DialectRouter] | None = None) -> Litestar:
+    """The app `gateway serve` runs: built by the container (tests may pass their dialects)."""
+    container = Container(config=config) if dialects is None else Container(config=config, dialects=list(dialects))
+    app: Litestar = container.app()
+    return app
 
 
 # --- CLI ---------------------------------------------------------------------------
@@ -243,7 +243,7 @@ def _serve(args: argparse.Namespace) -> int:
     # The server's protocol bounds the request head below the app (SECURITY.md).
     protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
 
-    def build() -> tuple[FastPath, Any]:
+    def build() -> tuple[Litestar, Any]:
         app = build_app(config)
         container = app.state.container
         return app, serving.make_drain(container.lifecycle(), container.gate(), grace)

@@ -85,9 +85,7 @@ class ChatService:
         upstream, request = self._route(request, record)
         lease = await self._admit_quietly(upstream, record)
         try:
-            call = self._upstreams[upstream].complete(request)
-            lost = getattr(lease, "lost", None)  # only a shared ledger can lose a lease (fencing)
-            return await (call if lost is None else _unless_lost(call, lost))
+            return await _unless_lost(self._upstreams[upstream].complete(request), lease.lost)
         finally:
             await lease.release()
 
@@ -125,11 +123,11 @@ class ChatService:
         else:
             lease = entry  # type: ignore[assignment]
             self._admitted(span, started, record, None, "admitted")
-        lost = getattr(lease, "lost", None)  # only a shared ledger can lose a lease (fencing)
+        lost = lease.lost  # only a shared ledger can lose a lease (fencing)
         try:
             async with self._upstreams[upstream].open_stream(request) as batches:
                 async for batch in batches:
-                    if lost is not None and lost.is_set():
+                    if lost.is_set():
                         raise AdmissionUnavailable(1, _LEASE_LOST_MESSAGE)
                     yield batch
         finally:

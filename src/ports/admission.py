@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 import msgspec
@@ -20,6 +21,9 @@ class SlotLease(Protocol):
     """A granted slot. `release` is idempotent and safe to call from `finally`."""
 
     queued: bool  # always False: tells a lease from a ticket without isinstance
+    # Set when the slot is no longer this process's (a shared ledger fenced it): work on
+    # it must stop, or the cap would be exceeded. Never set by a one-process gate.
+    lost: asyncio.Event
 
     async def release(self) -> None: ...
 
@@ -67,3 +71,11 @@ class AdmissionGate(Protocol):
     def snapshot(self, upstream: str) -> GateSnapshot: ...
 
     def upstreams(self) -> list[str]: ...
+
+    async def start(self) -> None:
+        """Called once the event loop runs, before the first request (connect, register)."""
+        ...
+
+    async def close(self) -> None:
+        """Called at shutdown, after the last request."""
+        ...

@@ -1,42 +1,33 @@
-"""Operations endpoints: liveness, readiness and Prometheus metrics."""
+"""Operations endpoints: liveness, readiness and Prometheus metrics (plain Litestar handlers)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from adapters.inbound._shared.dialect import Route
+from litestar import Response, get
+from litestar.handlers import HTTPRouteHandler
 
-_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
-
-
-def _plain(status: int, body: bytes, headers: list[tuple[bytes, bytes]] = _TEXT) -> Any:
-    async def send_all(send: Any) -> None:
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
-
-    return send_all
+_TEXT = "text/plain; charset=utf-8"
 
 
-def operations_routes(metrics: Callable[[], tuple[bytes, bytes]], ready: Callable[[], bool]) -> list[Route]:
+def operations_handlers(
+    metrics: Callable[[], tuple[bytes, bytes]], ready: Callable[[], bool]
+) -> list[HTTPRouteHandler]:
     """`metrics()` returns (content type, exposition text); `ready()` is False while draining."""
 
-    async def healthz(scope: Any, receive: Any, send: Any) -> None:
-        await _plain(200, b"ok\n")(send)
+    @get("/healthz", include_in_schema=False)
+    async def healthz() -> Response[bytes]:
+        return Response(b"ok\n", media_type=_TEXT)
 
-    async def readyz(scope: Any, receive: Any, send: Any) -> None:
+    @get("/readyz", include_in_schema=False)
+    async def readyz() -> Response[bytes]:
         if ready():
-            await _plain(200, b"ready\n")(send)
-        else:
-            await _plain(503, b"draining\n")(send)
+            return Response(b"ready\n", media_type=_TEXT)
+        return Response(b"draining\n", status_code=503, media_type=_TEXT)
 
-    async def metrics_endpoint(scope: Any, receive: Any, send: Any) -> None:
+    @get("/metrics", include_in_schema=False)
+    async def metrics_endpoint() -> Response[bytes]:
         content_type, body = metrics()
-        await _plain(200, body, [(b"content-type", content_type)])(send)
+        return Response(body, media_type=content_type.decode("latin-1"))
 
-    return [
-        Route("/healthz", ("GET", "HEAD"), healthz),
-        Route("/readyz", ("GET", "HEAD"), readyz),
-        Route("/metrics", ("GET",), metrics_endpoint),
-    ]
+    return [healthz, readyz, metrics_endpoint]

@@ -53,11 +53,12 @@ class _Upstream:
 class _Lease:
     """A granted slot; `release` is idempotent and safe in `finally`."""
 
-    __slots__ = ("_gate", "_released", "_ticket", "_up")
+    __slots__ = ("_gate", "_released", "_ticket", "_up", "lost")
     queued = False
 
     def __init__(self, gate: InMemoryAdmissionGate, up: _Upstream, ticket: int) -> None:
         self._gate, self._up, self._ticket, self._released = gate, up, ticket, False
+        self.lost = gate.never_lost  # one process holds every slot it counts: never lost
 
     async def release(self) -> None:
         if not self._released:
@@ -161,9 +162,10 @@ class InMemoryAdmissionGate:
     `None` as an upstream's policy means uncapped: `enter` grants a lease at once.
     """
 
-    __slots__ = ("_clock", "_draining", "_idle", "_ups")
+    __slots__ = ("_clock", "_draining", "_idle", "_ups", "never_lost")
 
     def __init__(self, policies: Mapping[str, AdmissionPolicy | None], clock: Clock) -> None:
+        self.never_lost = asyncio.Event()  # every lease's `lost`: nothing sets it
         self._clock = clock
         self._ups = {key: _Upstream(key, policy) for key, policy in policies.items()}
         self._draining = False
@@ -193,6 +195,12 @@ class InMemoryAdmissionGate:
         if outcome is Outcome.REJECTED:
             raise QueueFull(decision.retry_after)
         raise Draining(decision.retry_after)  # closed by `drain`; the ledger counted it
+
+    async def start(self) -> None:
+        """Nothing to connect: the ledger lives in this process."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
 
     def snapshot(self, upstream: str) -> GateSnapshot:
         up = self._ups[upstream]

@@ -7,25 +7,28 @@ failure's own status and `Retry-After`. It decodes into the canonical `ChatReque
 calls the same `ChatService.complete` as `/v1` and `/llm`, so it meets the same
 admission gate: one cap and one FIFO queue per upstream, whatever the surface.
 
-Everything it needs comes from `adapters.inbound._shared` (the `Route`, the
-`EdgeContext` bootstrap hands to every dialect, the `serve` frame that renders errors
-and turns hang-ups into cancellation) and from the canonical model. It is registered
-exactly like the real dialects: `bootstrap.build_app(config, [*bootstrap.DIALECTS, dialect])`.
+Everything it needs comes from `adapters.inbound._shared` (the `EdgeContext` bootstrap
+hands to every dialect, `dialect_router` which gives its Router the shared edge: one
+record per request, errors rendered by its `ErrorRenderer`, hang-ups while waiting
+turned into cancellation) and from the canonical model. It is registered exactly like
+the real dialects: `bootstrap.build_app(config, [*bootstrap.DIALECTS, router])`.
 """
 
 from __future__ import annotations
 
-import msgspec
+from typing import Any
 
-from adapters.inbound._shared.dialect import EdgeContext, Route
-from adapters.inbound._shared.endpoint import asgi_endpoint, retry_after_headers
-from adapters.inbound._shared.exchange import Exchange
-from application.chat import ChatService
+import msgspec
+from litestar import Request, Response, Router, post
+
+from adapters.inbound._shared.dialect import EdgeContext, dialect_router
+from adapters.inbound._shared.edge import call_of, read_body
+from adapters.inbound._shared.errors import retry_after_headers
 from domain.canonical import ChatRequest, Message, TextPart
 from domain.errors import GatewayError, InvalidRequest
 
 SURFACE = "plain"
-PATH = "/plain/v1/generate"
+PATH = "/plain/v1/generate"  # the Router at `/plain`, its handler at `/v1/generate`
 JSON = b"application/json"
 
 
@@ -75,33 +78,17 @@ class PlainErrors:
         return b""  # this dialect never streams
 
 
-class Generate:
-    """The work function of `POST /plain/v1/generate`."""
+def router(context: EdgeContext) -> Router:
+    """What bootstrap registers: this dialect's Router, mounted at `/plain`."""
+    service = context.service
 
-    __slots__ = ("_limit", "_service")
-
-    def __init__(self, service: ChatService, max_body_bytes: int) -> None:
-        self._service = service
-        self._limit = max_body_bytes
-
-    async def __call__(self, ex: Exchange) -> None:
-        request = decode(await ex.read_body(self._limit), ex.request_id)
-        ex.watch_disconnect()  # a hang-up while queued cancels the wait: the ticket leaves the queue
-        response = await self._service.complete(request, ex.record)
+    @post("/v1/generate", status_code=200)
+    async def generate(request: Request[Any, Any, Any]) -> Response[bytes]:
+        call = call_of(request)
+        chat = decode(await read_body(request, context.limits.body_timeout_seconds), call.request_id)
+        call.watch()  # a hang-up while queued cancels the wait: the ticket leaves the queue
+        response = await service.complete(chat, call.record)
         text = "".join(part.text for part in response.content if isinstance(part, TextPart))
-        await ex.respond(200, msgspec.json.encode(GenerateResponse(text=text)), JSON)
+        return Response(msgspec.json.encode(GenerateResponse(text=text)), media_type="application/json")
 
-
-class PlainDialect:
-    """What bootstrap registers: the surface label and its routes."""
-
-    __slots__ = ()
-    name = SURFACE
-
-    def routes(self, context: EdgeContext) -> list[Route]:
-        work = Generate(context.service, context.max_body_bytes)
-        endpoint = asgi_endpoint(SURFACE, PATH, ("POST",), work, PlainErrors(), context.observer)
-        return [Route(PATH, ("POST",), endpoint)]
-
-
-dialect = PlainDialect()
+    return dialect_router("/plain", SURFACE, [generate], PlainErrors(), context)

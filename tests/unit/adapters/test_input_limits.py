@@ -1,15 +1,19 @@
-"""Input limits below the network: decoders, the Exchange, the endpoint frame, the config."""
+"""Input limits below the network: decoders, the shared edge of the dialect Routers, the config."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import pytest
+from litestar import Litestar, Request, Response, post
+from tests.support import asgi
 
-from adapters.inbound._shared.endpoint import asgi_endpoint
-from adapters.inbound._shared.exchange import Exchange
+from adapters.inbound._shared.dialect import EdgeContext, dialect_router
+from adapters.inbound._shared.edge import call_of, read_body
+from adapters.inbound._shared.errors import ErrorRenderer
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.anthropic.errors import AnthropicErrors
 from adapters.inbound.anthropic.mapping import decode_count_tokens, decode_messages
@@ -100,40 +104,7 @@ def test_anthropic_output_cap() -> None:
     assert decode_messages(body(model="other", max_tokens=10**6), "", LIMITS).max_tokens == 10**6
 
 
-# --- the Exchange and the endpoint frame ------------------------------------------------
-
-
-def scope(headers: list[tuple[bytes, bytes]], method: str = "POST") -> dict[str, Any]:
-    return {"type": "http", "method": method, "raw_path": b"/v1/chat/completions", "query_string": b"a=1",
-            "headers": headers}
-
-
-async def test_header_bytes_count_the_target_and_every_header() -> None:
-    ex = Exchange(scope([(b"host", b"x"), (b"x-request-id", b"abc")]), None, None, "openai", "/r")
-    assert ex.header_bytes == len(b"/v1/chat/completions") + 3 + 5 + 12 + 3
-    assert ex.request_id == "abc"
-
-
-async def test_a_stuck_body_times_out() -> None:
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(10)
-        return {}
-
-    ex = Exchange(scope([]), receive, None, "openai", "/r")
-    with pytest.raises(RequestTimeout):
-        await ex.read_body(1000, 0.05)
-
-
-async def test_a_body_in_pieces_within_the_time_and_size() -> None:
-    pieces = [{"type": "http.request", "body": b"ab", "more_body": True},
-              {"type": "http.request", "body": b"cd", "more_body": False}]
-
-    async def receive() -> dict[str, Any]:
-        return pieces.pop(0)
-
-    assert await Exchange(scope([]), receive, None, "openai", "/r").read_body(10, 1.0) == b"abcd"
-    with pytest.raises(PayloadTooLarge):
-        await Exchange(scope([(b"content-length", b"11")]), receive, None, "openai", "/r").read_body(10, 1.0)
+# --- the shared edge of every dialect Router -------------------------------------------
 
 
 class Observer:
@@ -144,47 +115,95 @@ class Observer:
         self.record = record
 
 
+Work = Callable[[Request[Any, Any, Any]], Awaitable[Response[bytes]]]
+
+
+def edge_app(work: Work, errors: ErrorRenderer = renderer, max_header_bytes: int = 0) -> Litestar:
+    """One route, `POST /s/r`, on a dialect Router with the shared edge (10-byte bodies)."""
+
+    @post("/r", status_code=200)
+    async def handler(request: Request[Any, Any, Any]) -> Response[bytes]:
+        return await work(request)
+
+    limits = InputLimits(max_header_bytes=max_header_bytes, body_timeout_seconds=0.05)
+    context = EdgeContext(service=cast(Any, None), observer=Observer(), max_body_bytes=10,
+                          ping_interval_seconds=1.0, limits=limits)
+    return Litestar([dialect_router("/s", "s", [handler], errors, context)], openapi_config=None,
+                    logging_config=None)
+
+
+async def echo_body(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return Response(await read_body(request, 0.05))
+
+
+async def test_header_bytes_count_the_target_and_every_header() -> None:
+    async def work(request: Request[Any, Any, Any]) -> Response[bytes]:
+        return Response(str(call_of(request).header_bytes).encode())
+
+    reply = await asgi.request(edge_app(work), "POST", "/s/r", headers=[(b"x-request-id", b"abc")])
+    assert int(reply.body) == len(b"/s/r") + len(b"host") + len(b"test") + len(b"x-request-id") + 3
+    assert reply.headers[b"x-request-id"] == b"abc"
+
+
+async def send_parts(app: Litestar, parts: list[dict[str, Any]], headers: list[tuple[bytes, bytes]]) -> Any:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if parts:
+            return parts.pop(0)
+        await asyncio.sleep(10)  # a stuck client
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(app(asgi.scope("POST", "/s/r", headers), receive, send), 5)
+    return sent
+
+
+async def test_a_stuck_body_times_out_with_a_408_that_closes_the_connection() -> None:
+    sent = await send_parts(edge_app(echo_body), [{"type": "http.request", "body": b"ab", "more_body": True}], [])
+    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+    assert b"not received within 0.05 seconds" in sent[1]["body"]
+
+
+async def test_a_body_in_pieces_within_the_time_and_size() -> None:
+    pieces = [{"type": "http.request", "body": b"ab", "more_body": True},
+              {"type": "http.request", "body": b"cd", "more_body": False}]
+    sent = await send_parts(edge_app(echo_body), pieces, [])
+    assert sent[0]["status"] == 200 and sent[1]["body"] == b"abcd"
+    sent = await send_parts(edge_app(echo_body), [], [(b"content-length", b"11")])
+    assert sent[0]["status"] == 413 and b"larger than 10 bytes" in sent[1]["body"]
+    too_long = [{"type": "http.request", "body": b"x" * 11, "more_body": False}]
+    assert (await send_parts(edge_app(echo_body), too_long, []))[0]["status"] == 413
+
+
 @pytest.mark.parametrize(("errors", "expected"), [(renderer, b"application/problem+json"),
                                                   (AnthropicErrors(), b"application/json")])
 async def test_large_headers_are_a_431_in_the_surface_shape(errors: Any, expected: bytes) -> None:
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def work(ex: Exchange) -> None:
+    async def work(request: Request[Any, Any, Any]) -> Response[bytes]:
         raise AssertionError("not reached")
 
-    endpoint = asgi_endpoint("s", "/r", ("POST",), work, errors, Observer(), max_header_bytes=64)
-    await endpoint(scope([(b"x-big", b"a" * 64)]), None, send)
-    assert sent[0]["status"] == 431 and (b"content-type", expected) in sent[0]["headers"]
-    assert b"at most 64" in sent[1]["body"]
+    reply = await asgi.request(edge_app(work, errors, 64), "POST", "/s/r", headers=[(b"x-big", b"a" * 64)])
+    assert reply.status == 431 and reply.headers[b"content-type"] == expected
+    assert b"at most 64" in reply.body
 
 
 async def test_recursion_past_decoding_is_a_400_not_a_500() -> None:
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def work(ex: Exchange) -> None:
+    async def work(request: Request[Any, Any, Any]) -> Response[bytes]:
         raise RecursionError("maximum recursion depth exceeded while encoding a JSON object")
 
-    await asgi_endpoint("s", "/r", ("POST",), work, renderer, Observer())(scope([]), None, send)
-    assert sent[0]["status"] == 400 and b"nested too deeply" in sent[1]["body"]
+    reply = await asgi.request(edge_app(work), "POST", "/s/r")
+    assert reply.status == 400 and b"nested too deeply" in reply.body
 
 
-async def test_a_408_closes_the_connection() -> None:
-    sent: list[dict[str, Any]] = []
+async def test_an_unexpected_fault_is_a_500_revealing_nothing() -> None:
+    async def work(request: Request[Any, Any, Any]) -> Response[bytes]:
+        raise KeyError("secret-internal-name")
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def work(ex: Exchange) -> None:
-        raise RequestTimeout("slow")
-
-    await asgi_endpoint("s", "/r", ("POST",), work, renderer, Observer())(scope([]), None, send)
-    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+    reply = await asgi.request(edge_app(work), "POST", "/s/r")
+    assert reply.status == 500 and reply.headers[b"content-type"] == b"application/problem+json"
+    assert b"secret" not in reply.body and reply.json()["error"]["code"] == "internal"
 
 
 # --- config and bootstrap ---------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A scripted fake of the chat service and a minimal ASGI driver for the `/llm` endpoints."""
+"""A scripted fake of the chat service, and the `/llm` Router on Litestar driven over ASGI."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import msgspec
+from litestar import Litestar
+from tests.support import asgi
 
 from adapters.inbound._shared.dialect import EdgeContext
-from adapters.inbound.anthropic import dialect
+from adapters.inbound.anthropic import router
 from domain.canonical import (
     ChatRequest,
     ChatResponse,
@@ -102,18 +104,7 @@ class Observer:
         self.records.append(record)
 
 
-class Result:
-    def __init__(self) -> None:
-        self.status = 0
-        self.headers: dict[bytes, bytes] = {}
-        self.chunks: list[bytes] = []
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(self.chunks)
-
-    def json(self) -> Any:
-        return msgspec.json.decode(self.body)
+Result = asgi.Exchange
 
 
 async def call(
@@ -124,6 +115,7 @@ async def call(
     hang_up_after: float | None = None,
     max_body: int = 10_000,
 ) -> tuple[Result, Observer]:
+    """One request through the `/llm` Router on a Litestar app, driven over ASGI."""
     observer = Observer()
     context = EdgeContext(
         service=cast(Any, service),
@@ -131,31 +123,14 @@ async def call(
         max_body_bytes=max_body,
         ping_interval_seconds=PING_INTERVAL,
     )
-    endpoint = {r.path: r.endpoint for r in dialect.routes(context)}[path]
+    app = Litestar(route_handlers=[router(context)], openapi_config=None, logging_config=None)
     raw = body if isinstance(body, bytes) else msgspec.json.encode(body) if body is not None else b""
-    gone = asyncio.Event()
-    messages = [{"type": "http.request", "body": raw, "more_body": False}]
-
-    async def receive() -> dict[str, Any]:
-        if messages:
-            return messages.pop(0)
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    result = Result()
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            result.status = message["status"]
-            result.headers = dict(message["headers"])
-        else:
-            result.chunks.append(message.get("body", b""))
-
-    scope = {"type": "http", "method": method, "path": path, "headers": [(b"x-request-id", b"req-42")]}
+    exchange = asgi.Exchange()
     if hang_up_after is not None:
-        asyncio.get_running_loop().call_later(hang_up_after, gone.set)
-    await asyncio.wait_for(endpoint(scope, receive, send), 5)
-    return result, observer
+        asyncio.get_running_loop().call_later(hang_up_after, exchange.hang_up.set)
+    headers = [(b"x-request-id", b"req-42")]
+    await asyncio.wait_for(asgi.request(app, method, path, raw, headers, exchange), 5)
+    return exchange, observer
 
 
 def frames(result: Result) -> list[bytes]:

@@ -1,4 +1,4 @@
-"""The `/llm` endpoints over raw ASGI, with a scripted fake of the chat service.
+"""The `/llm` Router on Litestar, driven over ASGI, with a scripted fake of the chat service.
 
 Covers what only the controller decides: when the 200 starts, queue frames and
 keep-alives, pings while tokens are slow, errors before and after the 200, and that
@@ -33,7 +33,7 @@ async def test_stream_admitted_at_once_starts_with_message_start_and_flushes_eac
     service = FakeService(ANSWER)
     result, observer = await call(service, "/llm/v1/messages", {**BODY, "stream": True})
     assert result.status == 200
-    assert result.headers[b"content-type"] == b"text/event-stream"
+    assert result.headers[b"content-type"].startswith(b"text/event-stream")
     assert result.headers[b"request-id"] == b"req-42"
     assert result.chunks[0].startswith(b"event: message_start\n")
     assert len(result.chunks) == 4  # one send per upstream chunk, then the end

@@ -30,6 +30,7 @@ class FakeLease:
     queued = False
 
     def __init__(self, gate: FakeGate) -> None:
+        self.lost = asyncio.Event()  # a one-process gate never loses a slot
         self.gate = gate
         self.released = False
 

@@ -1,4 +1,4 @@
-"""The `/v1` endpoints over raw ASGI, with fakes of the chat service's ports (no sockets)."""
+"""The `/v1` Router on Litestar, driven over ASGI, with fakes of the chat service's ports (no sockets)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
+from litestar import Litestar
+from tests.support import asgi
 
 from adapters.inbound._shared.dialect import EdgeContext
-from adapters.inbound.openai import dialect
+from adapters.inbound.openai import router
 from application.chat import ChatService
 from domain.canonical import (
     ChatRequest,
@@ -55,6 +57,7 @@ class FakeLease:
     queued = False
 
     def __init__(self, gate: FakeGate) -> None:
+        self.lost = asyncio.Event()  # a one-process gate never loses a slot
         self.gate, self.released = gate, False
 
     async def release(self) -> None:
@@ -127,7 +130,7 @@ class FakeObserver(list[RequestRecord]):
 
 
 class Edge:
-    """The `/v1` routes over one fake upstream, and a raw ASGI client for them."""
+    """The `/v1` Router over one fake upstream, on a Litestar app driven over ASGI."""
 
     def __init__(self, upstream: FakeUpstream, gate: FakeGate | None = None) -> None:
         self.upstream = upstream
@@ -137,42 +140,40 @@ class Edge:
         context = EdgeContext(
             service=service, observer=self.observer, max_body_bytes=1000, ping_interval_seconds=10.0
         )
-        self.endpoints = {route.path: route.endpoint for route in dialect.routes(context)}
-        self.sent: list[dict[str, Any]] = []
-        self.hang_up = asyncio.Event()
+        self.app = Litestar(route_handlers=[router(context)], openapi_config=None, logging_config=None)
+        self.exchange = asgi.Exchange()
         self.hang_up_after_frames: int | None = None  # the client leaves after this many
 
     async def call(self, path: str, body: dict[str, Any] | None = None, method: str = "POST") -> None:
         data = msgspec.json.encode(body) if body is not None else b""
-        messages = [{"type": "http.request", "body": data, "more_body": False}]
+        ex = self.exchange
+        if self.hang_up_after_frames is not None:
+            limit = self.hang_up_after_frames
 
-        async def receive() -> dict[str, Any]:
-            if messages:
-                return messages.pop(0)
-            await self.hang_up.wait()
-            return {"type": "http.disconnect"}
+            class Leaving(list[dict[str, Any]]):
+                def append(self, message: dict[str, Any]) -> None:
+                    super().append(message)
+                    if sum(1 for m in self if m.get("more_body")) == limit:
+                        ex.hang_up.set()
 
-        async def send(message: dict[str, Any]) -> None:
-            self.sent.append(message)
-            frames_sent = sum(1 for m in self.sent if m.get("more_body"))
-            if frames_sent == self.hang_up_after_frames:
-                self.hang_up.set()
-                await asyncio.sleep(0.01)  # the watcher cancels the handler here
+            ex.messages = Leaving()
+        await asgi.request(self.app, method, path, data, exchange=ex)
 
-        scope = {"type": "http", "method": method, "path": path, "headers": []}
-        await self.endpoints[path](scope, receive, send)
+    @property
+    def sent(self) -> list[dict[str, Any]]:
+        return self.exchange.messages
 
     @property
     def status(self) -> int:
-        return int(self.sent[0]["status"])
+        return self.exchange.status
 
     @property
     def headers(self) -> dict[bytes, bytes]:
-        return dict(self.sent[0]["headers"])
+        return self.exchange.headers
 
     @property
     def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.sent[1:])
+        return self.exchange.body
 
 
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -181,7 +182,7 @@ REQUEST = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 async def test_stream_starts_at_the_first_chunk_and_ends_with_done() -> None:
     edge = Edge(FakeUpstream(NATIVE))
     await edge.call("/v1/chat/completions", {**REQUEST, "stream": True})
-    assert edge.status == 200 and edge.headers[b"content-type"] == b"text/event-stream"
+    assert edge.status == 200 and edge.headers[b"content-type"].startswith(b"text/event-stream")
     assert frames(edge.body) == [c.native.data for c in NATIVE[:3] if c.native] + [b"[DONE]"]
     assert edge.upstream.closed == 1 and edge.gate.in_use == 0
     record = edge.observer[0]
@@ -228,7 +229,7 @@ async def test_upstream_failure_after_start_ends_the_stream_with_an_error_frame(
 async def test_chunks_of_one_upstream_read_go_out_in_one_send() -> None:
     edge = Edge(FakeUpstream([[NATIVE[0], NATIVE[1], NATIVE[2]], [NATIVE[3]]]))
     await edge.call("/v1/chat/completions", {**REQUEST, "stream": True})
-    bodies = [m["body"] for m in edge.sent[1:]]
+    bodies = edge.exchange.chunks
     assert [frames(b) for b in bodies] == [
         [c.native.data for c in NATIVE[:3] if c.native], [b"[DONE]"]
     ]  # the held usage-only chunk produced nothing; [DONE] ends the stream
@@ -249,6 +250,24 @@ async def test_hang_up_mid_stream_closes_the_upstream_and_frees_the_slot() -> No
     await asyncio.wait_for(edge.call("/v1/chat/completions", {**REQUEST, "stream": True}), 2)
     assert edge.upstream.closed == 1 and edge.gate.in_use == 0
     assert edge.observer[0].client_gone is True
+
+
+async def test_hang_up_during_a_send_closes_the_stream_before_the_request_is_reported() -> None:
+    """Litestar stops iterating a stream whose client left during a send, without closing
+    it: the edge closes it, so the slot is free and the upstream closed by the time the
+    request's record is reported (not when the generator is garbage-collected)."""
+    edge = Edge(FakeUpstream(NATIVE[:2], hang=True))
+    seen: list[tuple[int, int]] = []
+    report = edge.observer.request_finished
+
+    def finished(record: RequestRecord, handle: object = None) -> None:
+        seen.append((edge.upstream.closed, edge.gate.in_use))
+        report(record, handle)
+
+    edge.observer.request_finished = finished  # type: ignore[method-assign]
+    edge.exchange.stall_after = 1  # the first frame's send never completes
+    await asyncio.wait_for(edge.call("/v1/chat/completions", {**REQUEST, "stream": True}), 2)
+    assert seen == [(1, 0)] and edge.observer[0].client_gone is True
 
 
 async def test_non_stream_relays_the_native_body() -> None:

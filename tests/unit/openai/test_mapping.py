@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from openai.types import Model
 from openai.types.chat import ChatCompletion
 
-from adapters.inbound._shared.endpoint import InternalError
+from adapters.inbound._shared.errors import InternalError
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request, encode_models, encode_response
 from domain.canonical import (

@@ -1,21 +1,28 @@
-"""The registration point for inbound dialects.
+"""The registration point for inbound dialects, and the Router every dialect is built as.
 
-A dialect is a package under `adapters/inbound/` exposing a `dialect` object with a
-`name` (its surface label) and `routes(context)`. Bootstrap lists the dialects it
-serves; adding one touches nothing in domain, ports, application or outbound code.
+A dialect is a package under `adapters/inbound/` exposing `router(context) -> Router`.
+Bootstrap lists the dialects it serves; adding one touches nothing in domain, ports,
+application or outbound code. `dialect_router` gives each the same edge: one record
+per request, the header-size limit, the body-size limit, and every failure (Litestar's
+404/405/413 included) rendered by the dialect's own `ErrorRenderer`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from litestar import Request, Response, Router, route
+from litestar.enums import HttpMethod
+from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
+
+from adapters.inbound._shared.edge import EdgeMiddleware, call_of
+from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
 from application.chat import ChatService
+from domain.errors import HeadersTooLarge, MethodNotAllowed, NotFound
 from ports.telemetry import RequestObserver
-
-ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,16 +37,65 @@ class EdgeContext:
     limits: InputLimits = field(default_factory=InputLimits)
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    path: str
-    methods: tuple[str, ...]
-    endpoint: ASGIApp
-    # A mount answers every path below `path` that no other route matches (a dialect's 404).
-    mount: bool = False
+DialectRouter = Callable[[EdgeContext], Router]
+"""What a dialect package exports as `router`, and what bootstrap's `DIALECTS` lists."""
+
+# Methods a dialect answers itself when a path does not take them (OPTIONS stays
+# Litestar's, for CORS preflights; HEAD is answered by Litestar's routing).
+_METHODS = {HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH, HttpMethod.DELETE}
 
 
-class InboundDialect(Protocol):
-    name: str
+def _headers_guard(limit: int) -> Callable[[Any, BaseRouteHandler], None]:
+    def guard(connection: Any, _: BaseRouteHandler) -> None:
+        size = call_of(connection).header_bytes
+        if size > limit:
+            raise HeadersTooLarge(
+                f"The request target and headers are {size} bytes; this gateway accepts at most {limit}."
+            )
 
-    def routes(self, context: EdgeContext) -> Sequence[Route]: ...
+    return guard
+
+
+def _not_allowed(methods: list[HttpMethod], path: str) -> HTTPRouteHandler:
+    @route(path, http_method=methods, status_code=405, include_in_schema=False)
+    async def not_allowed(request: Request[Any, Any, Any]) -> Response[bytes]:
+        raise MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}.")
+
+    return not_allowed
+
+
+def _no_such_route() -> HTTPRouteHandler:
+    @route("/{path:path}", http_method=list(_METHODS), status_code=404, include_in_schema=False)
+    async def no_such_route(request: Request[Any, Any, Any]) -> Response[bytes]:
+        raise NotFound(f"There is no route {request.url.path!r} on this gateway.")
+
+    return no_such_route
+
+
+def dialect_router(
+    path: str, surface: str, handlers: Sequence[HTTPRouteHandler], errors: ErrorRenderer, context: EdgeContext
+) -> Router:
+    """A dialect's Router: its handlers under `path`, plus the shared edge (module doc).
+
+    Unknown paths under `path` and methods a path does not take are answered here, so
+    they keep the surface's error shape; `surface` labels the records (logs, metrics).
+    """
+    taken: dict[str, set[HttpMethod]] = {}
+    for handler in handlers:
+        for handler_path in handler.paths:
+            taken.setdefault(handler_path, set()).update(HttpMethod(m) for m in handler.http_methods)
+    refusals = [_not_allowed(sorted(_METHODS - methods), p) for p, methods in taken.items()]
+    limit = context.limits.max_header_bytes
+    observer = context.observer
+
+    def edge(app: Any) -> EdgeMiddleware:  # a function: Litestar deep-copies the Router, not closures
+        return EdgeMiddleware(app, surface, observer)
+
+    return Router(
+        path=path,
+        route_handlers=[*handlers, *refusals, _no_such_route()],
+        middleware=[edge],
+        guards=[_headers_guard(limit)] if limit else [],
+        exception_handlers={Exception: exception_handler(errors)},
+        request_max_body_size=context.max_body_bytes,
+    )

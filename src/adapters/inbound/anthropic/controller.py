@@ -1,20 +1,23 @@
-"""The `/llm` endpoints: raw ASGI work functions run inside the shared `serve` frame.
+"""The `/llm` Router: messages (plain and streamed), count_tokens and the model list.
 
-A stream's 200 is sent as late as possible, so that a refusal still gets its proper
-HTTP status: at the first `event: queue` frame when the request waits for a slot,
-otherwise with `message_start`. Once sent, failures become `event: error` frames.
+A stream's 200 goes out with its first frame, awaited before the response is made, so
+a refusal still gets its proper HTTP status: the first `event: queue` frame when the
+request waits for a slot, otherwise `message_start`. Once sent, failures become
+`event: error` frames.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import Any
 
-from adapters.inbound._shared.dialect import EdgeContext, Route
-from adapters.inbound._shared.endpoint import Work, asgi_endpoint, not_found_route
-from adapters.inbound._shared.exchange import Exchange
+from litestar import Request, Response, Router, get, post
+
+from adapters.inbound._shared.dialect import EdgeContext, dialect_router
+from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
+from adapters.inbound._shared.errors import stream_failure
 from adapters.inbound.anthropic.errors import AnthropicErrors
 from adapters.inbound.anthropic.mapping import (
     SURFACE,
@@ -25,99 +28,139 @@ from adapters.inbound.anthropic.mapping import (
     encode_token_count,
 )
 from adapters.inbound.anthropic.stream import KEEP_ALIVE, PING, AnthropicStream, queue_frame
-from application.chat import ChatService
-from domain.canonical import ChatRequest, QueuePosition, StreamError
+from domain.canonical import QueuePosition, StreamError
 from domain.errors import GatewayError, NotSupported
 
-_JSON = b"application/json"
-_SSE = b"text/event-stream"
+JSON = "application/json"
 ERRORS = AnthropicErrors()
 
 
-def routes(context: EdgeContext) -> list[Route]:
-    controller = AnthropicController(context)
+def router(context: EdgeContext) -> Router:
+    """The `/llm` Router (what bootstrap mounts)."""
+    service, limits, ping = context.service, context.limits, context.ping_interval_seconds
+    created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # the gateway's start
 
-    header_limit = context.limits.max_header_bytes
+    @post("/v1/messages", status_code=200)
+    async def messages(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
+        call = call_of(request)
+        chat = decode_messages(await read_body(request, limits.body_timeout_seconds), call.request_id, limits)
+        record = call.record
+        record.model, record.stream = chat.model, chat.stream
+        record.upstream = service.upstream_for(chat.model)
+        headers = {"request-id": call.request_id}
+        call.watch()
+        if chat.stream:
+            items = service.stream(chat, report_queue=True, record=record)
+            return await stream_response(call, _frames(request, call, items, AnthropicStream(chat.model), ping),
+                                         headers)
+        response = await service.complete(chat, record)
+        call.stop_watching()
+        record.input_tokens = response.usage.input_tokens
+        record.output_tokens = response.usage.output_tokens
+        record.finish_reason = response.finish_reason
+        return Response(encode_message(response, chat.model), media_type=JSON, headers=headers)
 
-    def route(path: str, methods: tuple[str, ...], work: Work) -> Route:
-        endpoint = asgi_endpoint(SURFACE, path, methods, work, ERRORS, context.observer, header_limit)
-        return Route(path, methods, endpoint)
-
-    return [
-        route("/llm/v1/messages", ("POST",), controller.messages),
-        route("/llm/v1/messages/count_tokens", ("POST",), controller.count_tokens),
-        route("/llm/v1/models", ("GET",), controller.models),
-        not_found_route(SURFACE, "/llm", ERRORS, context.observer, header_limit),
-    ]
-
-
-class _Pinger:
-    """Per stream: after `interval` seconds with nothing sent, a ping inside the message, a
-    keep-alive comment before it (queued), nothing before the response started.
-
-    A loop timer re-arms itself from the last send; a task exists only while a ping is
-    being sent, so a stream that never goes quiet costs one timer, not a task. Every send
-    of the stream goes through `send`, under one lock, so a ping never interleaves with a
-    frame; a tick that finds a send under way counts it as sending.
-    """
-
-    __slots__ = ("_ex", "_interval", "_last_sent", "_lock", "_loop", "_machine", "_task", "_timer")
-
-    def __init__(self, ex: Exchange, machine: AnthropicStream, interval: float) -> None:
-        self._ex = ex
-        self._machine = machine
-        self._interval = interval
-        self._loop = loop = asyncio.get_running_loop()
-        self._lock = asyncio.Lock()
-        self._last_sent = loop.time()
-        self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = loop.call_at(self._last_sent + interval, self._tick)
-
-    async def start(self, headers: list[tuple[bytes, bytes]]) -> None:
-        """Start the response (under the lock: no ping may race the response head)."""
-        async with self._lock:
-            await self._ex.start_stream(200, _SSE, headers)
-
-    async def send(self, data: bytes) -> None:
-        async with self._lock:
-            try:
-                await self._ex.send_chunk(data)
-            finally:
-                self._last_sent = self._loop.time()
-
-    async def stop(self) -> None:
-        timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait((task,))
-
-    def _tick(self) -> None:
-        loop = self._loop
-        due = self._last_sent + self._interval
-        if due <= loop.time():
-            if self._lock.locked() or not self._ex.started:
-                # A frame is being sent (that counts as sending), or nothing may be sent
-                # yet: wait a whole interval again.
-                self._last_sent = loop.time()
-            else:
-                self._timer = None
-                self._task = loop.create_task(self._ping())
-                return
-            due = self._last_sent + self._interval
-        self._timer = loop.call_at(due, self._tick)
-
-    async def _ping(self) -> None:
-        frame = PING if self._machine.in_message else KEEP_ALIVE
+    @post("/v1/messages/count_tokens", status_code=200)
+    async def count_tokens(request: Request[Any, Any, Any]) -> Response[bytes]:
+        call = call_of(request)
+        chat = decode_count_tokens(await read_body(request, limits.body_timeout_seconds), call.request_id, limits)
+        call.record.model = chat.model
+        call.record.upstream = service.upstream_for(chat.model)
+        call.watch()
         try:
-            await self.send(frame)
-        except Exception:  # the client is gone or the send failed: the handler finds out
+            count = await service.count_tokens(chat)
+        except NotSupported:
+            raise NotSupported(
+                f"Token counting is not available for model '{chat.model}': "
+                "its upstream server has no tokenizer endpoint."
+            ) from None
+        call.stop_watching()
+        call.record.input_tokens = count
+        return Response(encode_token_count(count), media_type=JSON, headers={"request-id": call.request_id})
+
+    @get("/v1/models")
+    async def models(request: Request[Any, Any, Any]) -> Response[bytes]:
+        body = encode_models(service.models(), created_at)
+        return Response(body, media_type=JSON, headers={"request-id": call_of(request).request_id})
+
+    return dialect_router("/llm", SURFACE, [messages, count_tokens, models], ERRORS, context)
+
+
+async def _frames(
+    request: Request[Any, Any, Any], call: Call, items: AsyncIterator[Any], machine: AnthropicStream,
+    interval: float,
+) -> AsyncIterator[bytes]:
+    """The stream's frames; those of one upstream read go out as one item.
+
+    Before the first item nothing is sent, and a failure is raised (its own status).
+    After it, `interval` seconds without an item yield a ping inside the message, a
+    keep-alive comment before it (queued). The next item is awaited in a task of its
+    own that a ping never cancels (cancelling would close the service stream); a
+    hang-up cancels it, which closes the service stream and frees the slot.
+    """
+    record = call.record
+    queued_at: float | None = None
+    admitted = started = False
+    held: list[bytes] = []  # the closing frames, sent with the terminal ones
+    pending: asyncio.Future[Any] | None = None
+    try:
+        try:
+            while True:
+                if not started:
+                    try:
+                        item = await items.__anext__()
+                    except StopAsyncIteration:
+                        break
+                else:
+                    if pending is None:
+                        pending = asyncio.ensure_future(items.__anext__())
+                    done, _ = await asyncio.wait((pending,), timeout=interval)
+                    if not done:
+                        yield PING if machine.in_message else KEEP_ALIVE
+                        continue
+                    task, pending = pending, None
+                    try:
+                        item = task.result()
+                    except StopAsyncIteration:
+                        break
+                if type(item) is QueuePosition:
+                    if not admitted:
+                        if not started:
+                            queued_at, started = call.elapsed(), True
+                        yield queue_frame(item.position, item.queued)
+                    continue
+                if not admitted:
+                    admitted = True
+                    if queued_at is not None:
+                        record.queue_wait_seconds = call.elapsed() - queued_at
+                frames: list[bytes] = []
+                for chunk in item:
+                    frames += machine.feed_many(chunk.events)
+                    if machine.closed:
+                        break
+                if machine.closed:
+                    held = frames
+                    break
+                if frames:
+                    if record.first_token_seconds is None and machine.blocks:
+                        record.first_token_seconds = call.elapsed()
+                    started = True
+                    yield b"".join(frames)
+        except Exception as error:
+            if not started:
+                raise
+            yield stream_failure(error, ERRORS, request)
             return
-        if self._task is asyncio.current_task():  # not stopped meanwhile
-            self._task = None
-            self._timer = self._loop.call_at(self._last_sent + self._interval, self._tick)
+        held += machine.finish()
+        _record_end(call, machine)
+        if not started and machine.failure is not None and not machine.message_started:
+            raise _failure(machine.failure)
+        yield b"".join(held)
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()  # its cancellation closes the service stream, in that task
+        else:
+            await items.aclose()  # type: ignore[attr-defined]
 
 
 def _failure(event: StreamError) -> GatewayError:
@@ -127,114 +170,10 @@ def _failure(event: StreamError) -> GatewayError:
     return error
 
 
-class AnthropicController:
-    __slots__ = ("_created_at", "_limit", "_limits", "_ping", "_service")
-
-    def __init__(self, context: EdgeContext) -> None:
-        self._service: ChatService = context.service
-        self._limit = context.max_body_bytes
-        self._limits = context.limits
-        self._ping = context.ping_interval_seconds
-        self._created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # the gateway's start
-
-    async def models(self, ex: Exchange) -> None:
-        body = encode_models(self._service.models(), self._created_at)
-        await ex.respond(200, body, _JSON, [(b"request-id", ex.request_id.encode())])
-
-    async def count_tokens(self, ex: Exchange) -> None:
-        limits = self._limits
-        body = await ex.read_body(self._limit, limits.body_timeout_seconds)
-        request = decode_count_tokens(body, ex.request_id, limits)
-        ex.record.model = request.model
-        ex.record.upstream = self._service.upstream_for(request.model)
-        ex.watch_disconnect()
-        try:
-            count = await self._service.count_tokens(request)
-        except NotSupported:
-            raise NotSupported(
-                f"Token counting is not available for model '{request.model}': "
-                "its upstream server has no tokenizer endpoint."
-            ) from None
-        ex.record.input_tokens = count
-        await ex.respond(200, encode_token_count(count), _JSON, [(b"request-id", ex.request_id.encode())])
-
-    async def messages(self, ex: Exchange) -> None:
-        limits = self._limits
-        body = await ex.read_body(self._limit, limits.body_timeout_seconds)
-        request = decode_messages(body, ex.request_id, limits)
-        record = ex.record
-        record.model = request.model
-        record.stream = request.stream
-        record.upstream = self._service.upstream_for(request.model)
-        ex.watch_disconnect()
-        if request.stream:
-            await self._stream(ex, request)
-            return
-        response = await self._service.complete(request, record)
-        body = encode_message(response, request.model)
-        record.input_tokens = response.usage.input_tokens
-        record.output_tokens = response.usage.output_tokens
-        record.finish_reason = response.finish_reason
-        await ex.respond(200, body, _JSON, [(b"request-id", ex.request_id.encode())])
-
-    async def _stream(self, ex: Exchange, request: ChatRequest) -> None:
-        """Relay the service stream; the frames of one upstream read go out in one send.
-
-        Items are awaited directly; one `_Pinger` per stream sends a ping (or a
-        keep-alive comment) when nothing was sent for `ping_interval` seconds, so slow
-        tokens never need a timeout around the generator (which would close it).
-        """
-        items = cast(AsyncGenerator[Any, None], self._service.stream(request, report_queue=True, record=ex.record))
-        machine = AnthropicStream(request.model)
-        headers = [(b"request-id", ex.request_id.encode())]
-        record = ex.record
-        queued_at: float | None = None
-        admitted = False
-        held: list[bytes] = []  # the closing frames, sent with the terminal ones
-        pinger = _Pinger(ex, machine, self._ping)
-        try:
-            async for item in items:
-                if type(item) is QueuePosition:
-                    if not admitted:
-                        if not ex.started:
-                            queued_at = ex.elapsed()
-                            await pinger.start(headers)
-                        await pinger.send(queue_frame(item.position, item.queued))
-                    continue
-                if not admitted:
-                    admitted = True
-                    if queued_at is not None:
-                        record.queue_wait_seconds = ex.elapsed() - queued_at
-                frames: list[bytes] = []  # the frames of one upstream read go out in one send
-                for chunk in item:
-                    frames += machine.feed_many(chunk.events)
-                    if machine.closed:
-                        break
-                if machine.closed:
-                    held = frames
-                    break
-                if frames:
-                    if not ex.started:
-                        await pinger.start(headers)
-                    if record.first_token_seconds is None and machine.blocks:
-                        record.first_token_seconds = ex.elapsed()
-                    await pinger.send(b"".join(frames))
-        finally:
-            await pinger.stop()
-            await items.aclose()  # a no-op after a hang-up: the cancellation already closed it
-        held += machine.finish()
-        self._record_end(ex, machine)
-        if not ex.started:
-            if machine.failure is not None and not machine.message_started:
-                raise _failure(machine.failure)
-            await ex.start_stream(200, _SSE, headers)
-        await ex.end_stream(b"".join(held))
-
-    @staticmethod
-    def _record_end(ex: Exchange, machine: AnthropicStream) -> None:
-        record = ex.record
-        record.input_tokens = machine.usage.input_tokens
-        record.output_tokens = machine.usage.output_tokens
-        record.finish_reason = machine.stop_reason
-        if machine.failure is not None:
-            record.error_kind = machine.failure.kind
+def _record_end(call: Call, machine: AnthropicStream) -> None:
+    record = call.record
+    record.input_tokens = machine.usage.input_tokens
+    record.output_tokens = machine.usage.output_tokens
+    record.finish_reason = machine.stop_reason
+    if machine.failure is not None:
+        record.error_kind = machine.failure.kind

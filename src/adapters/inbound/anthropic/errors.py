@@ -7,7 +7,7 @@ maps 503 to `ServiceUnavailableError`, and retries it after `Retry-After`).
 
 from __future__ import annotations
 
-from adapters.inbound._shared.endpoint import retry_after_headers
+from adapters.inbound._shared.errors import retry_after_headers
 from adapters.inbound._shared.sse import event_frame
 from adapters.inbound.anthropic.schema import ENCODER, ErrorBody, ErrorInfo
 from domain.errors import ContextLengthExceeded, GatewayError

@@ -2,20 +2,6 @@
 
 from __future__ import annotations
 
-from adapters.inbound._shared.dialect import EdgeContext, Route
-from adapters.inbound.openai.controller import SURFACE, routes
+from adapters.inbound.openai.controller import router
 
-
-class OpenAIDialect:
-    """What bootstrap registers: the surface label and its routes."""
-
-    __slots__ = ()
-    name = SURFACE
-
-    def routes(self, context: EdgeContext) -> list[Route]:
-        return routes(context)
-
-
-dialect = OpenAIDialect()
-
-__all__ = ["dialect"]
+__all__ = ["router"]

@@ -1,87 +1,99 @@
-"""The `/v1` work functions: chat completions (plain and streamed) and the model list.
+"""The `/v1` Router: chat completions (plain and streamed) and the model list.
 
-Each runs inside `serve` (adapters.inbound._shared.endpoint), which renders failures
-with `ProblemRenderer` and reports one record per request. A stream's 200 is sent
-only when the first chunk arrives, so anything refused before that (unknown model,
-full queue, upstream down) still gets its own status code.
+Failures are rendered by `ProblemRenderer` (the Router's exception handler). A stream's
+first frame is awaited before the response is made, so anything refused before that
+(unknown model, full queue, upstream down, a malformed first upstream event) still
+gets its own status code.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
-from adapters.inbound._shared.dialect import EdgeContext, Route
-from adapters.inbound._shared.endpoint import Work, asgi_endpoint, not_found_route
-from adapters.inbound._shared.exchange import Exchange
-from adapters.inbound._shared.limits import InputLimits
+from litestar import Request, Response, Router, get, post
+
+from adapters.inbound._shared.dialect import EdgeContext, dialect_router
+from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
+from adapters.inbound._shared.errors import stream_failure
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request, encode_models, response_body
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
-from application.chat import ChatService
-from domain.canonical import ChatRequest, ChatResponse, StreamChunk, StreamError
+from domain.canonical import ChatResponse, StreamChunk, StreamError
 from domain.errors import GatewayError
 
 SURFACE = "openai"
-JSON = b"application/json"
-EVENT_STREAM = b"text/event-stream"
+JSON = "application/json"
 
 
-class ChatCompletions:
-    """POST /v1/chat/completions."""
+def router(context: EdgeContext) -> Router:
+    """The `/v1` Router (what bootstrap mounts)."""
+    service, limits = context.service, context.limits
+    models_body = encode_models(service.models(), int(time.time()))  # encoded once at startup
 
-    __slots__ = ("_limit", "_limits", "_service")
+    @post("/chat/completions", status_code=200)
+    async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
+        call = call_of(request)
+        body = await read_body(request, limits.body_timeout_seconds)
+        decoded = decode_request(body, call.request_id, limits)
+        chat = decoded.chat
+        call.record.stream = chat.stream
+        call.watch()
+        if chat.stream:
+            batches = service.stream(chat, record=call.record)  # fills model, upstream, queue wait
+            writer = ChunkWriter(decoded.include_usage, chat.model, call.request_id)
+            return await stream_response(call, _frames(request, call, batches, writer))
+        return _complete(call, await service.complete(chat, call.record), chat.model)
 
-    def __init__(self, service: ChatService, max_body_bytes: int, limits: InputLimits | None = None) -> None:
-        self._service = service
-        self._limit = max_body_bytes
-        self._limits = limits or InputLimits()
+    @get("/models")
+    async def models() -> Response[bytes]:
+        return Response(models_body, media_type=JSON)
 
-    async def __call__(self, ex: Exchange) -> None:
-        limits = self._limits
-        body = await ex.read_body(self._limit, limits.body_timeout_seconds)
-        decoded = decode_request(body, ex.request_id, limits)
-        request = decoded.chat
-        ex.record.stream = request.stream
-        ex.watch_disconnect()
-        if request.stream:
-            await self._stream(ex, request, decoded.include_usage)
-        else:
-            await self._complete(ex, request)
+    return dialect_router("/v1", SURFACE, [chat_completions, models], renderer, context)
 
-    async def _complete(self, ex: Exchange, request: ChatRequest) -> None:
-        response: ChatResponse = await self._service.complete(request, ex.record)
-        record = ex.record
-        record.input_tokens = response.usage.input_tokens
-        record.output_tokens = response.usage.output_tokens
-        record.finish_reason = response.finish_reason
-        await ex.respond(200, response_body(response, request.model, NATIVE_FORMAT), JSON)
 
-    async def _stream(self, ex: Exchange, request: ChatRequest, include_usage: bool) -> None:
-        """Relay the service stream: the frames of one upstream read (one batch) go out in
-        one send, as soon as that read is handled."""
-        writer = ChunkWriter(include_usage, request.model, ex.request_id)
-        batches = self._service.stream(request, record=ex.record)  # fills model, upstream, queue wait
-        try:
-            async for batch in batches:
-                if type(batch) is not list:  # report_queue=False: never a position
-                    continue
-                if not ex.started:
-                    _raise_early_failure(batch[0])  # nothing sent yet: the failure gets its own status
-                    ex.record.first_token_seconds = ex.elapsed()
-                    await ex.start_stream(200, EVENT_STREAM)
-                data = b"".join([writer.feed(chunk) for chunk in batch])
-                if writer.error is not None:
-                    ex.record.error_kind = writer.error.kind
-                    await ex.end_stream(data)
-                    return
-                if data:
-                    await ex.send_chunk(data)
-            if not ex.started:  # an upstream that answered nothing still gets a valid stream
-                await ex.start_stream(200, EVENT_STREAM)
-            await ex.end_stream(writer.finish())
-        finally:
-            await batches.aclose()  # type: ignore[attr-defined]
-            _record_usage(ex, writer)
+def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]:
+    call.stop_watching()
+    record = call.record
+    record.input_tokens = response.usage.input_tokens
+    record.output_tokens = response.usage.output_tokens
+    record.finish_reason = response.finish_reason
+    return Response(response_body(response, model, NATIVE_FORMAT), media_type=JSON)
+
+
+async def _frames(
+    request: Request[Any, Any, Any], call: Call, batches: AsyncIterator[Any], writer: ChunkWriter
+) -> AsyncIterator[bytes]:
+    """The stream's frames: those of one upstream read (one batch) as one item.
+
+    Until the first item is yielded, a failure is raised (the response has not started);
+    after, it ends the stream with an error frame and `[DONE]`.
+    """
+    started = False
+    try:
+        async for batch in batches:
+            if type(batch) is not list:  # report_queue=False: never a position
+                continue
+            if not started:
+                _raise_early_failure(batch[0])  # nothing sent yet: the failure gets its own status
+                call.record.first_token_seconds = call.elapsed()
+            data = b"".join([writer.feed(chunk) for chunk in batch])
+            if writer.error is not None:
+                call.record.error_kind = writer.error.kind
+                yield data
+                return
+            if data or not started:
+                started = True
+                yield data
+        yield writer.finish()  # an upstream that answered nothing still gets a valid stream
+    except Exception as error:
+        if not started:
+            raise
+        yield stream_failure(error, renderer, request)
+    finally:
+        await batches.aclose()  # type: ignore[attr-defined]
+        _record_usage(call, writer)
 
 
 def _raise_early_failure(chunk: StreamChunk) -> None:
@@ -94,39 +106,11 @@ def _raise_early_failure(chunk: StreamChunk) -> None:
             raise error
 
 
-def _record_usage(ex: Exchange, writer: ChunkWriter) -> None:
-    record = ex.record
+def _record_usage(call: Call, writer: ChunkWriter) -> None:
+    record = call.record
     if writer.usage is not None:
         record.input_tokens = writer.usage.input_tokens
         record.output_tokens = writer.usage.output_tokens
     if writer.finish_reason is not None:
         record.finish_reason = writer.finish_reason
 
-
-def model_list(body: bytes) -> Work:
-    """GET /v1/models: the configured names, encoded once at startup."""
-
-    async def work(ex: Exchange) -> None:
-        await ex.respond(200, body, JSON)
-
-    return work
-
-
-def routes(context: EdgeContext) -> list[Route]:
-    """The `/v1` routes, each a raw ASGI endpoint."""
-    observer, header_limit = context.observer, context.limits.max_header_bytes
-    chat = ChatCompletions(context.service, context.max_body_bytes, context.limits)
-    models = model_list(encode_models(context.service.models(), int(time.time())))
-    return [
-        Route(
-            "/v1/chat/completions",
-            ("POST",),
-            asgi_endpoint(SURFACE, "/v1/chat/completions", ("POST",), chat, renderer, observer, header_limit),
-        ),
-        Route(
-            "/v1/models",
-            ("GET",),
-            asgi_endpoint(SURFACE, "/v1/models", ("GET",), models, renderer, observer, header_limit),
-        ),
-        not_found_route(SURFACE, "/v1", renderer, observer, header_limit),
-    ]

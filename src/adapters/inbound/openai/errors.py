@@ -8,7 +8,7 @@ raises as `APIError`.
 
 from __future__ import annotations
 
-from adapters.inbound._shared.endpoint import retry_after_headers
+from adapters.inbound._shared.errors import retry_after_headers
 from adapters.inbound.openai import schema as w
 from domain.errors import ContextLengthExceeded, GatewayError
 

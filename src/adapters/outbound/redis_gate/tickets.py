@@ -30,8 +30,7 @@ class RedisLease:
 
     `lost` is set when this process learns it was fenced (its heartbeat lease expired and
     the slot may already belong to another process): work running on the slot should
-    stop, because the cap no longer accounts for it. The port's `SlotLease` does not know
-    `lost`; callers that care read it with `getattr(lease, "lost", None)`.
+    stop, because the cap no longer accounts for it (`ports.admission.SlotLease.lost`).
     """
 
     __slots__ = ("_gate", "_released", "granted_at", "lost", "owner", "token", "up")

@@ -1,0 +1,245 @@
+"""What every dialect Router shares: one record per request, bodies, hang-ups, streams.
+
+`EdgeMiddleware` sits on each dialect's Router (below Litestar's routing and above the
+handler's exception handling): it makes the request's `Call` (request id, the record
+the observer gets), stamps `x-request-id` on the response, and reports the record
+once the last byte went out or the client left.
+
+Hang-ups: Litestar stops a streaming body when `http.disconnect` arrives, but nothing
+notices a client that leaves while its handler has sent nothing yet (queued, or
+waiting on a non-streaming upstream). `Call.watch` covers that: after the body is
+read, a small task waits on `receive()` and cancels the handler's task; the
+middleware absorbs that cancellation and records a 499.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from litestar import Request
+from litestar.exceptions import InternalServerException
+from litestar.response import Stream
+
+from domain.errors import GatewayError, RequestTimeout
+from domain.records import RequestRecord
+from ports.telemetry import RequestObserver
+
+_KEY = "gateway.call"
+# The watcher task starts only once a request has run this long: a task, a wake-up and a
+# cancellation per request cost more than a fast answer; a hang-up is noticed this late.
+_WATCH_AFTER = 0.005
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # nginx/ingress: do not buffer
+
+
+class ClientGone(GatewayError):
+    """The client hung up before its request body arrived: nobody reads the answer."""
+
+    status = 499
+    kind = "client-gone"
+    title = "Client closed the request"
+
+
+class Closable(Protocol):
+    finished: bool
+
+    async def aclose(self) -> None: ...
+
+
+class Call:
+    """One request at the edge: its id, its record, and its hang-up watcher."""
+
+    __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "gone", "header_bytes",
+                 "record", "request_id", "started")  # fmt: skip
+
+    def __init__(self, scope: Any, receive: Any, surface: str) -> None:
+        self._t0 = time.perf_counter()
+        self._receive = receive
+        self._task: asyncio.Task[Any] | None = None
+        self._watcher: asyncio.Task[None] | asyncio.TimerHandle | None = None
+        self._cancelled = False
+        self.gone = False
+        self.started = False
+        self.body: Closable | None = None  # a streaming body, closed by the middleware
+        # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        incoming: bytes | None = None
+        session: bytes | None = None
+        for key, value in scope["headers"]:
+            size += len(key) + len(value)
+            if key == b"x-request-id" and incoming is None:
+                incoming = value
+            elif key == b"x-claude-code-session-id" and session is None:
+                session = value
+        self.header_bytes = size
+        self.request_id = _usable_request_id(incoming) or os.urandom(16).hex()
+        route: str = scope.get("path_template") or scope["path"]
+        if route.endswith("{path:path}"):  # a dialect's catch-all: one label, whatever the path
+            route = route[: -len("{path:path}")] + "*"
+        self.record = RequestRecord(
+            request_id=self.request_id, surface=surface, route=route,
+            method=scope.get("method", "GET"), status=0, duration_seconds=0.0,
+            session_id=_usable_request_id(session),  # logged and traced, never sent upstream
+        )
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+    # --- hang-ups while nothing was sent ------------------------------------------------
+
+    def watch(self) -> None:
+        """Cancel the current task when the client hangs up (call after the body is read)."""
+        self._task = asyncio.current_task()
+        self._watcher = asyncio.get_running_loop().call_later(_WATCH_AFTER, self._start_watching)
+
+    def _start_watching(self) -> None:
+        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                break
+        self.gone = True
+        if self._task is not None:
+            self._cancelled = True
+            self._task.cancel()
+
+    def stop_watching(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()  # a pending timer or a running task: either way it stops here
+
+    def absorb_cancel(self) -> bool:
+        """True when the watcher caused the cancellation in flight (the client left)."""
+        if not self._cancelled or self._task is None:
+            return False
+        self._cancelled = False
+        self._task.uncancel()
+        return True
+
+    def close_record(self) -> RequestRecord:
+        record = self.record
+        if self.gone and not self.started:
+            record.status = 499
+        record.client_gone = self.gone
+        record.duration_seconds = self.elapsed()
+        return record
+
+
+def call_of(request: Request[Any, Any, Any]) -> Call:
+    call: Call = request.scope["state"][_KEY]
+    return call
+
+
+class EdgeMiddleware:
+    """Per request: its `Call`, `x-request-id` on the response, one record for the observer."""
+
+    __slots__ = ("_app", "_observer", "_surface")
+
+    def __init__(self, app: Any, surface: str, observer: RequestObserver) -> None:
+        self._app = app
+        self._surface = surface
+        self._observer = observer
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        call = Call(scope, receive, self._surface)
+        scope.setdefault("state", {})[_KEY] = call
+        request_id = (b"x-request-id", call.request_id.encode())
+        record = call.record
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                call.started = True
+                record.status = message["status"]
+                message["headers"] = [*message.get("headers", ()), request_id]
+            await send(message)
+
+        handle = self._observer.request_started(record, scope["headers"])
+        try:
+            await self._app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            if not call.absorb_cancel():
+                raise
+        finally:
+            call.stop_watching()
+            body = call.body
+            if body is not None:
+                if not body.finished:  # Litestar stopped iterating: the client left mid-stream
+                    call.gone = True
+                await body.aclose()  # Litestar does not close it; its `finally` frees the slot now
+            self._observer.request_finished(call.close_record(), handle)
+
+
+async def read_body(request: Request[Any, Any, Any], timeout: float | None) -> bytes:
+    """The body through Litestar (its `request_max_body_size` answers 413), within `timeout`."""
+    try:
+        if timeout is None:
+            return await request.body()
+        try:
+            async with asyncio.timeout(timeout):
+                return await request.body()
+        except TimeoutError:
+            raise RequestTimeout(f"The request body was not received within {timeout:g} seconds.") from None
+    except InternalServerException:  # Litestar's word for a disconnect while the body streams in
+        call_of(request).gone = True
+        raise ClientGone from None
+
+
+class StreamBody:
+    """A Stream's iterator: the first frame (awaited before the response), then the rest.
+
+    The middleware closes it after the response, so a generator Litestar stopped
+    iterating (a hang-up during a send) runs its `finally` at once, not at GC.
+    """
+
+    __slots__ = ("_first", "_rest", "finished")
+
+    def __init__(self, first: bytes, rest: AsyncIterator[bytes]) -> None:
+        self._first: bytes | None = first
+        self._rest = rest
+        self.finished = False
+
+    def __aiter__(self) -> StreamBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        first = self._first
+        if first is not None:
+            self._first = None
+            return first
+        try:
+            return await self._rest.__anext__()
+        except StopAsyncIteration:
+            self.finished = True
+            raise
+
+    async def aclose(self) -> None:
+        await self._rest.aclose()  # type: ignore[attr-defined]
+
+
+async def stream_response(
+    call: Call, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None
+) -> Stream:
+    """A `text/event-stream` response whose first frame is already there.
+
+    Awaiting it here, before the response exists, lets a refusal (full queue, unknown
+    model, upstream down) still answer with its own status; `frames` raises it.
+    """
+    first = await frames.__anext__()
+    call.stop_watching()  # from here Litestar watches for the hang-up
+    body = call.body = StreamBody(first, frames)
+    all_headers = _SSE_HEADERS if headers is None else {**_SSE_HEADERS, **headers}
+    return Stream(body, media_type="text/event-stream", headers=all_headers)
+
+
+def _usable_request_id(value: bytes | None) -> str | None:
+    """A client's x-request-id when it is printable ASCII of at most 128 characters."""
+    if value and len(value) <= 128 and value.isascii():
+        text = value.decode("ascii")
+        if text.isprintable():
+            return text
+    return None
