@@ -213,6 +213,7 @@ class Container(containers.DeclarativeContainer):
         lambda c, router, service, observer: EdgeContext(
             service=service, observer=observer, max_body_bytes=c.server.max_body_bytes,
             ping_interval_seconds=c.server.ping_interval_seconds, limits=_input_limits(c, router),
+            options={"queue_events": c.server.queue_events},
         ),
         config, router, service, observer,
     )

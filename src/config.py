@@ -47,6 +47,9 @@ class ServerConfig(Section):
     limit_concurrency: PositiveInt = 4096
     ping_interval_seconds: PositiveFloat = 10.0
     queue_update_interval_seconds: PositiveFloat = 1.0
+    # `/llm` streams tell a queued client its place with `event: queue` frames (seed 2.14); false
+    # sends SSE comments instead, which strict clients ignore (a request header overrides it).
+    queue_events: bool = True
     cors_allowed_origins: list[str] = msgspec.field(default_factory=list)
     access_log: bool = True
 

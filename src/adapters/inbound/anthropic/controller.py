@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from litestar import Request, Response, Router, get, post
@@ -27,17 +27,21 @@ from adapters.inbound.anthropic.mapping import (
     encode_models,
     encode_token_count,
 )
-from adapters.inbound.anthropic.stream import KEEP_ALIVE, PING, AnthropicStream, queue_frame
+from adapters.inbound.anthropic.stream import KEEP_ALIVE, PING, AnthropicStream, queue_comment, queue_frame
 from domain.canonical import QueuePosition, StreamError
-from domain.errors import GatewayError, NotSupported
+from domain.errors import GatewayError, InvalidRequest, NotSupported
 
 JSON = "application/json"
 ERRORS = AnthropicErrors()
+# Turns this request's `event: queue` frames on or off (`[server] queue_events` is the default).
+QUEUE_EVENTS_HEADER = "x-gateway-queue-events"
+_SWITCH = {"on": True, "off": False}
 
 
 def router(context: EdgeContext) -> Router:
     """The `/llm` Router (what bootstrap mounts)."""
     service, limits, ping = context.service, context.limits, context.ping_interval_seconds
+    queue_events: bool = context.options.get("queue_events", True)
     created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # the gateway's start
 
     @post("/v1/messages", status_code=200)
@@ -48,11 +52,12 @@ def router(context: EdgeContext) -> Router:
         record.model, record.stream = chat.model, chat.stream
         record.upstream = service.upstream_for(chat.model)
         headers = {"request-id": call.request_id}
+        news = queue_frame if _queue_events(request, queue_events) else queue_comment
         call.watch()
         if chat.stream:
             items = service.stream(chat, report_queue=True, record=record)
-            return await stream_response(call, _frames(request, call, items, AnthropicStream(chat.model), ping),
-                                         headers)
+            frames = _frames(request, call, items, AnthropicStream(chat.model), ping, news)
+            return await stream_response(call, frames, headers)
         response = await service.complete(chat, record)
         call.stop_watching()
         record.input_tokens = response.usage.input_tokens
@@ -86,9 +91,20 @@ def router(context: EdgeContext) -> Router:
     return dialect_router("/llm", SURFACE, [messages, count_tokens, models], ERRORS, context)
 
 
+def _queue_events(request: Request[Any, Any, Any], default: bool) -> bool:
+    """Whether a queued stream gets `event: queue` frames (else SSE comments, which strict clients skip)."""
+    value = request.headers.get(QUEUE_EVENTS_HEADER)
+    if value is None:
+        return default
+    switch = _SWITCH.get(value.strip().lower())
+    if switch is None:
+        raise InvalidRequest(f"The {QUEUE_EVENTS_HEADER} header must be 'on' or 'off', not {value[:64]!r}.")
+    return switch
+
+
 async def _frames(
     request: Request[Any, Any, Any], call: Call, items: AsyncIterator[Any], machine: AnthropicStream,
-    interval: float,
+    interval: float, queue_news: Callable[[int, int], bytes],
 ) -> AsyncIterator[bytes]:
     """The stream's frames; those of one upstream read go out as one item.
 
@@ -127,7 +143,7 @@ async def _frames(
                     if not admitted:
                         if not started:
                             queued_at, started = call.elapsed(), True
-                        yield queue_frame(item.position, item.queued)
+                        yield queue_news(item.position, item.queued)
                     continue
                 if not admitted:
                     admitted = True

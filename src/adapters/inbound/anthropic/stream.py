@@ -54,6 +54,11 @@ def queue_frame(position: int, queued: int) -> bytes:
     return b'event: queue\ndata: {"type":"queue","position":%d,"queued":%d}\n\n' % (position, queued)
 
 
+def queue_comment(position: int, queued: int) -> bytes:
+    """The same news as an SSE comment, which every parser ignores (queue events turned off)."""
+    return b": queued position=%d queued=%d\n\n" % (position, queued)
+
+
 class Phase(enum.Enum):
     IDLE = "idle"  # nothing sent yet
     MESSAGE_OPEN = "message_open"  # message_start sent, no block open
