@@ -1,7 +1,7 @@
 """Side-by-side benchmark: stub direct, nginx, the ceiling, our gateway and LiteLLM proxy.
 
-    bench/run            # full run (~10 min): installs nginx, wrk, LiteLLM, then this script
-    bench/run --quick    # ~3.5 min, 2 s per cell
+    bench/run            # full run (~13 min): installs nginx, wrk, LiteLLM, then this script
+    bench/run --quick    # ~5 min, 2 s per cell
     .venv/bin/python bench/harness.py --smoke   # CI: a few seconds, installs nothing
 
 For every scenario (/v1 non-stream, /v1 stream, /llm stream) and concurrency (1, 16, 64) the

@@ -95,7 +95,7 @@ class Targets:
             status = "MISSED"
             how = f"; {'short' if op == '>=' else 'over'} by {gap:.3g}{unit}"
             how += f" ({100 * gap / bound:.0f}%)" if bound else ""
-        shown = "n/a" if value is None else f"{value:.3g}{unit}"
+        shown = "n/a" if value is None else f"{value:.0f}{unit}" if abs(value) >= 100 else f"{value:.3g}{unit}"
         self.out.append({"target": name, "measured": value, "bound": f"{op} {bound}{unit}", "status": status,
                          "text": f"{status:<6} {name}: {shown} (target {op} {bound}{unit}{how}){note}"})
 
