@@ -71,7 +71,11 @@ def drive_streams(url: str, body: bytes, streams: int, rounds: int, load: set[in
     results, failures = [], []
     try:
         for proc in procs:
-            out, err = proc.communicate(timeout=timeout + 30)
+            try:
+                out, err = proc.communicate(timeout=timeout + 30)
+            except subprocess.TimeoutExpired:  # its own timeout did not stop it: count it as failed
+                proc.kill()
+                out, err = proc.communicate()
             try:
                 results.append(json.loads(out.strip().splitlines()[-1]))
             except (ValueError, IndexError):
