@@ -1,13 +1,15 @@
-"""Side-by-side benchmark: stub direct, nginx, our gateway and LiteLLM proxy (issue 8).
+"""Side-by-side benchmark: stub direct, nginx, the ceiling, our gateway and LiteLLM proxy.
 
-    bench/run            # full run (~8 min): installs nginx, wrk, LiteLLM, then this script
-    bench/run --quick    # ~1 min, 1 s per cell
+    bench/run            # full run (~13 min): installs nginx, wrk, LiteLLM, then this script
+    bench/run --quick    # ~5 min, 2 s per cell
     .venv/bin/python bench/harness.py --smoke   # CI: a few seconds, installs nothing
 
 For every scenario (/v1 non-stream, /v1 stream, /llm stream) and concurrency (1, 16, 64) the
-targets are driven in rotation (direct, nginx, ours, LiteLLM; the start rotates each round):
-warm-up, measured run with wrk, then for streams the TTFT probe (loadgen.py). Prints one
-table and the issue's targets as PASS/FAIL; writes JSON to bench/out/. See bench/README.md.
+targets are driven in rotation (direct, nginx, ceiling, ours, LiteLLM; the start rotates each
+round): warm-up, measured run with wrk, then for streams the TTFT probe (loadgen.py). Then
+the paced scenario (paced.py): 200 streams at 50 tokens/s against direct, the ceiling and
+the gateway. Prints both tables and the issue's targets as met / missed by how much; writes
+JSON to bench/out/. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import drive
+import paced
 import peers
 import report
 import targets as t
@@ -39,10 +42,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick")
     mode.add_argument("--smoke", action="store_const", dest="mode", const="smoke",
                       help="CI form: loadgen driver, direct + ours (+ nginx/LiteLLM if installed)")
-    p.add_argument("--targets", default="direct,nginx,ours,litellm",
-                   help="comma list; also: passthrough (bench/passthrough.py, the bare uvicorn+aiohttp floor)")
+    p.add_argument("--targets", default="direct,nginx,ceiling,ours,litellm",
+                   help="comma list (ceiling: bench/ceiling.py, one Litestar handler relaying via aiohttp)")
     p.add_argument("--concurrency", help="comma list, default 1,16,64")
-    p.add_argument("--scenarios", default="v1,v1-stream,llm-stream")
+    p.add_argument("--scenarios", default="v1,v1-stream,llm-stream,paced",
+                   help="comma list; paced: 200 streams at 50 tokens/s (bench/paced.py)")
     p.add_argument("--duration", type=float, help="seconds per measured run")
     p.add_argument("--rounds", type=int)
     p.add_argument("--pin", choices=["split", "none"], default="split",
@@ -83,7 +87,7 @@ def start_targets(args: argparse.Namespace, procs: t.Procs, load: set[int] | Non
     started: dict[str, t.Target] = {}
     missing: dict[str, str] = {}
     wanted = args.targets.split(",")
-    starters = {"nginx": peers.start_nginx, "passthrough": peers.start_passthrough, "ours": t.start_gateway,
+    starters = {"nginx": peers.start_nginx, "ceiling": peers.start_ceiling, "ours": t.start_gateway,
                 "litellm": peers.start_litellm}
     for name in report.TARGET_ORDER:
         if name not in wanted:
@@ -155,10 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     answered: dict[str, str] = {}
     rss: dict[str, float | None] = {}
     missing: dict[str, str] = {}
+    paced_cells: dict[str, dict[str, Any]] | None = None
+    up_names: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         procs = t.Procs(Path(tmp))
         try:
             up, missing = start_targets(args, procs, load, tcpus)
+            up_names = list(up)
             for scenario in drive.SCENARIOS:
                 for name, target in up.items():
                     path = drive.path_for(scenario, target.messages_path)
@@ -169,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"  {name} {scenario.label}: {detail}", flush=True)
             measure(args, up, load, Path(tmp), raw, answered)
             rss = {name: t.peak_rss_mb(target.pids()) for name, target in up.items()}
+            if "paced" in args.scenarios.split(","):
+                print("  paced scenario: its own stub (--chunk-delay), ceiling and gateway", flush=True)
+                paced_cells, args.quiet_budget = paced.measure(args.mode, procs, load, tcpus,
+                                                               args.targets.split(","), args.quiet_budget)
         finally:
             procs.stop_all()
     cells = {key: report.aggregate(runs) for key, runs in raw.items()}
@@ -179,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells[f"{scenario_key}|{c}|{name}"] = {"unavailable": f"did not answer: {detail}"}
     for name, why in missing.items():
         for scenario in drive.SCENARIOS:
-            if not (scenario.anthropic and name in ("direct", "nginx")):
+            if not (scenario.anthropic and name in report.NO_MESSAGES):
                 for c in args.concurrency:
                     cells[f"{scenario.key}|{c}|{name}"] = {"unavailable": why}
     labels = [(s.key, s.label) for s in drive.SCENARIOS if s.key in args.scenarios.split(",")]
@@ -187,15 +198,24 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(cells, labels, args.concurrency))
     print("\npeak RSS (VmHWM, process tree): " + " | ".join(
         f"{n} {v:.1f} MB" if v is not None else f"{n} n/a" for n, v in rss.items()))
-    print(f"gateway interpreter: {t.gateway_python()}")
-    results = report.checks(cells, rss) if args.mode != "smoke" else []
+    print(f"gateway interpreter: {t.gateway_python()}" + (f"; ceiling: {peers.ceiling_python()}"
+                                                           if "ceiling" in up_names else ""))
+    if paced_cells is not None:
+        streams, rounds = paced.MODES[args.mode]
+        print()
+        print(report.paced_table(paced_cells, streams, rounds, paced.TOKENS, paced.CHUNK_DELAY))
+    print()
+    runtime = t.gateway_python() == str(t.RUNTIME_VENV / "bin" / "python")
+    results = report.checks(cells, rss, runtime, paced_cells) if args.mode != "smoke" else []
     for line in results:
         print(line["text"])
     record = {"mode": args.mode, "driver": args.driver, "pin": args.pin, "duration_s": args.duration,
               "rounds": args.rounds, "concurrency": args.concurrency, "machine": report.machine(),
               "command": " ".join(["bench/harness.py", *(argv if argv is not None else sys.argv[1:])]),
               "elapsed_s": round(time.monotonic() - began, 1), "cells": cells, "peak_rss_mb": rss,
-              "gateway_python": t.gateway_python(),
+              "gateway_python": t.gateway_python(), "paced": paced_cells,
+              "paced_setup": {"streams_rounds": paced.MODES[args.mode], "tokens": paced.TOKENS,
+                              "chunk_delay_s": paced.CHUNK_DELAY, "client_processes": paced.CLIENTS},
               "answered": answered, "unavailable": missing, "checks": results}
     path = report.write_json(Path(args.out), record)
     print(f"\nJSON: {path}  ({record['elapsed_s']} s)")

@@ -1,13 +1,27 @@
-"""The reference peers: nginx (native pass-through) and LiteLLM proxy (the most used Python
-gateway), both in front of the same stub, on loopback, each as a foreground child process."""
+"""The reference peers: nginx (native pass-through), the ceiling (the cheapest proxy of our
+stack, bench/ceiling.py) and LiteLLM proxy (the most used Python gateway), all in front of
+the same stub, on loopback, each as a foreground child process."""
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
+import subprocess
 import sys
 
-from targets import LITELLM_VENV, MODEL, ROOT, Procs, Target, free_port, litellm_binary, nginx_binary, wait_ready
+from targets import (
+    LITELLM_VENV,
+    MODEL,
+    ROOT,
+    Procs,
+    Target,
+    free_port,
+    gateway_python,
+    litellm_binary,
+    nginx_binary,
+    wait_ready,
+)
 
 NGINX_CONF = """\
 worker_processes 1;
@@ -55,14 +69,24 @@ def start_nginx(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
     return Target("nginx", f"http://127.0.0.1:{port}", proc, log)
 
 
-def start_passthrough(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
-    """The framework-free ASGI pass-through (bench/passthrough.py): the floor for our stack."""
+def start_ceiling(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "ceiling") -> Target:
+    """bench/ceiling.py: one Litestar handler relaying through one aiohttp session, on the
+    gateway's interpreter (the runtime venv) when that has aiohttp, else on this one."""
     port = free_port()
-    argv = [sys.executable, str(ROOT / "bench" / "passthrough.py"), "--listen", f"127.0.0.1:{port}",
+    argv = [ceiling_python(), str(ROOT / "bench" / "ceiling.py"), "--listen", f"127.0.0.1:{port}",
             "--upstream", stub_url]
-    proc, log = procs.spawn("passthrough", argv, cpus)
+    proc, log = procs.spawn(name, argv, cpus)
     wait_ready(f"http://127.0.0.1:{port}/health", proc, log, 20)
-    return Target("passthrough", f"http://127.0.0.1:{port}", proc, log)
+    return Target("ceiling", f"http://127.0.0.1:{port}", proc, log)
+
+
+@functools.cache
+def ceiling_python() -> str:
+    """The gateway's interpreter if it can import aiohttp (today aiohttp is only a dev
+    dependency, so the runtime venv may lack it), else the harness's (.venv)."""
+    python = gateway_python()
+    has_aiohttp = subprocess.run([python, "-c", "import aiohttp"], capture_output=True, timeout=60)
+    return python if has_aiohttp.returncode == 0 else sys.executable
 
 
 LITELLM_CONF = """\

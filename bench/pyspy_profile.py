@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     p.add_argument("--top", type=int, default=25)
-    p.add_argument("--target", choices=["ours", "passthrough"], default="ours",
-                   help="passthrough: bench/passthrough.py, the bare uvicorn+aiohttp floor")
+    p.add_argument("--target", choices=["ours", "ceiling"], default="ours",
+                   help="ceiling: bench/ceiling.py, one Litestar handler relaying through aiohttp")
     p.add_argument("--summarise", metavar="TXT", help="only print the summary of a recorded .txt")
     args = p.parse_args(argv)
     if args.summarise:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         procs = t.Procs(Path(tmp))
         try:
             stub = t.start_stub(procs, load, 20)
-            start = peers.start_passthrough if args.target == "passthrough" else t.start_gateway
+            start = peers.start_ceiling if args.target == "ceiling" else t.start_gateway
             gateway = start(procs, target, stub.url)
             url = gateway.url + (drive.path_for(scenario, gateway.messages_path) or "")
             drive.run_load(url, scenario, {}, args.concurrency, 2, Path(tmp), load, "wrk")  # warm-up

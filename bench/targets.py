@@ -1,4 +1,5 @@
-"""The processes under test: stub upstream, our gateway, nginx and LiteLLM proxy, all on loopback.
+"""The processes under test: stub upstream and our gateway (peers.py: nginx, the ceiling, LiteLLM),
+all on loopback.
 
 Every process is started in its own session and stopped by `Procs.stop_all()` (the harness
 calls it in a `finally`, also on Ctrl-C and SIGTERM). Nothing here talks to anything but
@@ -211,10 +212,13 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: floa
     raise RuntimeError(f"{url} not ready after {timeout:.0f} s (log: {log})")
 
 
-def start_stub(procs: Procs, cpus: set[int] | None, tokens: int) -> Target:
+def start_stub(procs: Procs, cpus: set[int] | None, tokens: int, chunk_delay: float = 0.0,
+               name: str = "stub") -> Target:
     port = free_port()
     argv = [sys.executable, "-m", "stub", "--listen", f"127.0.0.1:{port}", "--hold", "0", "--tokens", str(tokens)]
-    proc, log = procs.spawn("stub", argv, cpus)
+    if chunk_delay:
+        argv += ["--chunk-delay", str(chunk_delay)]
+    proc, log = procs.spawn(name, argv, cpus)
     wait_ready(f"http://127.0.0.1:{port}/health", proc, log, 20)
     return Target("direct", f"http://127.0.0.1:{port}", proc, log)
 
@@ -231,9 +235,9 @@ def gateway_python() -> str:
     return str(runtime) if current and os.access(runtime, os.X_OK) else sys.executable
 
 
-def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
+def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "gateway") -> Target:
     port = free_port()
-    config = procs.workdir / "gateway.toml"
+    config = procs.workdir / f"{name}.toml"
     # BENCH_GATEWAY_WORKERS=N: N processes sharing one cap on the Redis ledger (issue 8
     # item 4); the upstream then has an admission table (a cap far above the load).
     workers = os.environ.get("BENCH_GATEWAY_WORKERS")
@@ -251,6 +255,6 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
         f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n{admission}'
     )
     argv = [gateway_python(), "-m", "bootstrap", "serve", "--config", str(config)]
-    proc, log = procs.spawn("gateway", argv, cpus)
+    proc, log = procs.spawn(name, argv, cpus)
     wait_ready(f"http://127.0.0.1:{port}/healthz", proc, log, 30)
     return Target("ours", f"http://127.0.0.1:{port}", proc, log, messages_path="/llm/v1/messages")

@@ -1,7 +1,8 @@
 """Offline checks of the Kubernetes manifests; CI runs `.venv/bin/python deploy/validate.py`.
 
 For the base and every overlay under deploy/k8s it
-  1. renders the kustomization with deploy/kustomize_lite.py (no kustomize, no cluster),
+  1. renders the kustomization with the real tool, `kubectl kustomize DIR` (no cluster
+     needed; `scripts/ensure-kubectl` installs kubectl where it is missing),
   2. validates every object against the Kubernetes JSON schemas shipped in the
      `kubernetes-validate` package, strictly (an unknown field is an error),
   3. loads the gateway.toml the gateway pod mounts with the gateway's own config loader,
@@ -11,15 +12,19 @@ It prints one line per problem and exits 1 if there is any.
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import json
+import os
 import posixpath
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import kubernetes_validate
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "k8s"
@@ -29,22 +34,6 @@ if str(ROOT / "src") not in sys.path:  # check this checkout's config.py, not an
 
 from config import Config, ConfigError, load_config_text, parse_listen  # noqa: E402
 
-
-def _sibling(name: str) -> Any:
-    # Loaded by path so this file works as a script and when a test imports it by path.
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-kustomize_lite = _sibling("kustomize_lite")
-render = kustomize_lite.render
-RenderError = kustomize_lite.RenderError
-object_id = kustomize_lite.object_id
-
 Obj = dict[str, Any]
 # The oldest Kubernetes we support and the newest the package knows: catches both fields
 # too new for old clusters and APIs removed from new ones.
@@ -52,10 +41,67 @@ K8S_VERSIONS = ("1.30", ".".join(kubernetes_validate.latest_version().split(".")
 GATEWAY = "gateway"                                  # the Deployment's and container's name
 IMAGE_CONFIG_PATH = "/etc/gateway/gateway.toml"      # deploy/Containerfile's CMD
 DEFAULT_GRACE_SECONDS = 30                           # Kubernetes' default
+WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
+# The manifests use kustomize v5 syntax (`patches`, `labels` with includeTemplates); older
+# kubectls (Debian bookworm's kubernetes-client is 1.20, kustomize v2) reject them.
+KUSTOMIZE_MAJOR = 5
+RENDER_TIMEOUT_SECONDS = 60
+
+
+class RenderError(Exception):
+    """`kubectl kustomize` is missing, too old, or refused the kustomization."""
 
 
 class Missing(Exception):
     """A piece of the gateway's wiring the checks need is absent."""
+
+
+def kubectl() -> str:
+    """The kubectl to render with: $KUBECTL, else the one on PATH."""
+    binary = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    if not binary or not os.access(binary, os.X_OK):
+        raise RenderError(f"kubectl not found ({binary or 'not on PATH'}): run scripts/ensure-kubectl")
+    return binary
+
+
+@functools.cache  # one question per kubectl and run, not one per kustomization
+def kustomize_version(binary: str) -> str | None:
+    """The kustomize version kubectl embeds (`v5.5.0`), or None if it does not say (kubectl < 1.24)."""
+    done = subprocess.run([binary, "version", "--client", "-o", "json"], capture_output=True, text=True,
+                          timeout=RENDER_TIMEOUT_SECONDS)
+    try:
+        version = json.loads(done.stdout).get("kustomizeVersion")
+    except ValueError:
+        return None
+    return version if isinstance(version, str) else None
+
+
+def kustomize_too_old(version: str | None) -> bool:
+    major = (version or "").removeprefix("v").split(".", 1)[0]
+    return not major.isdigit() or int(major) < KUSTOMIZE_MAJOR
+
+
+def render(directory: Path) -> list[Obj]:
+    """The objects `kubectl kustomize DIRECTORY` prints (what `kubectl apply -k` would send)."""
+    binary = kubectl()
+    version = kustomize_version(binary)
+    if kustomize_too_old(version):
+        raise RenderError(f"{binary} embeds kustomize {version or 'of kubectl < 1.24 (unreported)'}; deploy/k8s "
+                          f"needs kustomize v{KUSTOMIZE_MAJOR} or newer (kubectl >= 1.27): install a newer kubectl")
+    try:
+        done = subprocess.run([binary, "kustomize", str(directory)], capture_output=True, text=True,
+                              timeout=RENDER_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise RenderError(f"kubectl kustomize {directory} took over {RENDER_TIMEOUT_SECONDS} s") from None
+    if done.returncode != 0:
+        raise RenderError(f"kubectl kustomize (kustomize {version}): {done.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def object_id(obj: Obj) -> str:
+    meta = obj.get("metadata", {})
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')}/{where}{meta.get('name')}"
 
 
 def kustomizations() -> list[Path]:
@@ -160,7 +206,7 @@ def invariant_problems(objects: list[Obj], config: Config) -> list[str]:
             problems.append(f"{name}: {probe} port {http_get.get('port')!r} is not the listen port")
 
     for workload in objects:
-        if workload["kind"] in kustomize_lite.WORKLOADS:
+        if workload["kind"] in WORKLOADS:
             problems.extend(security_problems(workload))
 
     replicas = deployment["spec"].get("replicas", 1)
