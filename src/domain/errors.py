@@ -7,6 +7,8 @@ dialect the request came in on. `status` is the HTTP status both dialects use;
 
 from __future__ import annotations
 
+from domain.consumers import EMPTY_SNAPSHOT, LimitKind, RateSnapshot
+
 
 class GatewayError(Exception):
     status: int = 500
@@ -33,6 +35,13 @@ class Unauthorized(GatewayError):
     status = 401
     kind = "unauthorized"
     title = "Authentication required"
+
+
+class InvalidApiKey(Unauthorized):
+    """No key, an unknown or revoked key, or two different keys in one request."""
+
+    kind = "invalid-api-key"
+    title = "Invalid API key"
 
 
 class Forbidden(GatewayError):
@@ -104,9 +113,22 @@ class UnsupportedMediaType(GatewayError):
 
 
 class RateLimited(GatewayError):
+    """A consumer is over one of its limits: 429 with Retry-After and the rate-limit state.
+
+    Never takes a queue place or a slot (it is decided before admission): clients tell it
+    from a full pool (503) by its status.
+    """
+
     status = 429
     kind = "rate-limited"
     title = "Too many requests"
+
+    def __init__(self, limit: LimitKind, retry_after: int, snapshot: RateSnapshot = EMPTY_SNAPSHOT,
+                 message: str | None = None) -> None:
+        super().__init__(message or f"This consumer is over its {limit.value.replace('_', ' ')} limit.")
+        self.limit = limit
+        self.retry_after = max(1, int(retry_after))
+        self.snapshot = snapshot
 
 
 class Overloaded(GatewayError):
