@@ -8,12 +8,15 @@ the slot back on every path) happens here, once, for all of them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from contextlib import aclosing
 from typing import TypeVar
 
 import msgspec
 
-from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition
+from application.consumer_limits import ConsumerLimits, Turn
+from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
+from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, GatewayError
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
@@ -56,7 +59,7 @@ class ChatService:
     back and aborts the upstream call.
     """
 
-    __slots__ = ("_clock", "_gate", "_router", "_tracer", "_update_interval", "_upstreams")
+    __slots__ = ("_clock", "_consumers", "_gate", "_router", "_tracer", "_update_interval", "_upstreams")
 
     def __init__(
         self,
@@ -66,8 +69,10 @@ class ChatService:
         queue_update_interval: float,
         clock: Clock,
         tracer: Tracer | None = None,
+        consumers: ConsumerLimits | None = None,
     ) -> None:
         self._router = router
+        self._consumers = consumers or ConsumerLimits()
         self._upstreams = upstreams
         self._gate = gate
         self._update_interval = queue_update_interval
@@ -81,23 +86,46 @@ class ChatService:
         """The upstream key serving `model`; raises `ModelNotFound`."""
         return self._router.upstream_for(model)
 
-    async def complete(self, request: ChatRequest, record: RequestRecord | None = None) -> ChatResponse:
+    async def complete(
+        self, request: ChatRequest, record: RequestRecord | None = None, consumer: Consumer = ANONYMOUS
+    ) -> ChatResponse:
         upstream, request = self._route(request, record)
-        lease = await self._admit_quietly(upstream, record)
-        try:
-            return await _unless_lost(self._upstreams[upstream].complete(request), lease.lost)
-        finally:
-            await lease.release()
+        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+            lease = await self._admit_quietly(upstream, record)
+            turn.reached_upstream = True
+            try:
+                response = await _unless_lost(self._upstreams[upstream].complete(request), lease.lost)
+            finally:
+                await lease.release()
+            usage = response.usage
+            if usage.input_tokens or usage.output_tokens:
+                turn.meter.reported = usage
+            else:  # an upstream that reports no usage: charged (and reported) by estimate, never 0
+                turn.meter.feed_answer(response.content)
+                response = msgspec.structs.replace(response, usage=turn.used())
+            return response
 
     async def stream(
-        self, request: ChatRequest, *, report_queue: bool = False, record: RequestRecord | None = None
+        self, request: ChatRequest, *, report_queue: bool = False, record: RequestRecord | None = None,
+        consumer: Consumer = ANONYMOUS,
     ) -> AsyncIterator[QueuePosition | ChunkBatch]:
         """Stream a request's answer, preceded by queue positions if `report_queue`.
 
         Failures before the first item is yielded are raised before anything reaches
-        the client, so the dialect can still answer with a proper HTTP status.
+        the client, so the dialect can still answer with a proper HTTP status. An
+        upstream that reports no usage gets an estimated `UsageReport` as the last batch.
         """
         upstream, request = self._route(request, record)
+        async with (
+            self._consumers.turn(consumer, request, upstream, record) as turn,
+            aclosing(self._admitted_stream(upstream, request, report_queue, record, turn)) as items,
+        ):  # aclosing: a client hang-up closes the inner stream (its ticket, lease, upstream) at once
+            async for item in items:
+                yield item
+
+    async def _admitted_stream(
+        self, upstream: str, request: ChatRequest, report_queue: bool, record: RequestRecord | None, turn: Turn
+    ) -> AsyncGenerator[QueuePosition | ChunkBatch, None]:
         span, started = self._tracer.start("gateway.admission"), self._clock.now()
         entry = await self._enter(upstream, span)
         if entry.queued:
@@ -124,14 +152,20 @@ class ChatService:
             lease = entry  # type: ignore[assignment]
             self._admitted(span, started, record, None, "admitted")
         lost = lease.lost  # only a shared ledger can lose a lease (fencing)
+        meter = turn.meter
+        turn.reached_upstream = True
         try:
             async with self._upstreams[upstream].open_stream(request) as batches:
                 async for batch in batches:
                     if lost.is_set():
                         raise AdmissionUnavailable(1, _LEASE_LOST_MESSAGE)
+                    for chunk in batch:
+                        meter.feed(chunk.events)
                     yield batch
         finally:
             await lease.release()
+        if meter.reported is None:
+            yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
 
     async def count_tokens(self, request: ChatRequest) -> int:
         upstream, request = self._route(request, None)
@@ -219,3 +253,4 @@ class ChatService:
             if position != last:
                 last = position
                 yield QueuePosition(position=position, queued=self._gate.snapshot(upstream).queued)
+

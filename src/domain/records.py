@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from msgspec import Struct
 
+from domain.consumers import RateSnapshot
+
 
 class RequestRecord(Struct, kw_only=True):
     """One finished request. `surface` is a label: nothing decides on it."""
@@ -26,3 +28,6 @@ class RequestRecord(Struct, kw_only=True):
     finish_reason: str | None = None
     # The client's own session id (`X-Claude-Code-Session-Id`), to group an agent's requests.
     session_id: str | None = None
+    # The consumer's request and token limits after this request's reservation (response
+    # headers); None when no limit applies.
+    rate: RateSnapshot | None = None

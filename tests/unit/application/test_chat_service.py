@@ -19,6 +19,8 @@ from domain.canonical import (
     QueuePosition,
     StreamChunk,
     TextDelta,
+    Usage,
+    UsageReport,
 )
 from domain.errors import AdmissionUnavailable, ModelNotFound, QueueFull, UpstreamError
 from domain.records import RequestRecord
@@ -132,7 +134,7 @@ class FakeUpstream:
 CHUNKS = [
     StreamChunk(events=[MessageStart(id="a", model="m", created=0)]),
     StreamChunk(events=[TextDelta(text="hi")]),
-    StreamChunk(events=[Finish(reason="end_turn")]),
+    StreamChunk(events=[Finish(reason="end_turn"), UsageReport(usage=Usage(input_tokens=3, output_tokens=1))]),
 ]
 
 

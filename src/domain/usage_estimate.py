@@ -1,0 +1,104 @@
+"""Token estimates for consumer limits (pure): before a request runs, and for upstreams
+that send no usage.
+
+Limits are charged in tokens, but the gateway has no tokenizer: before admission it
+reserves an estimate (`reservation_tokens`: about four characters a token for the prompt,
+plus the most the answer may take), and at the end the upstream's own `usage` replaces
+it. An upstream that reports no usage in its stream (llama.cpp's server ignores
+`include_usage`) is charged by `UsageMeter`: the streamed deltas counted as one token
+each, and the prompt estimate; never 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from domain.canonical import (
+    ChatRequest,
+    ImagePart,
+    Part,
+    StreamEvent,
+    TextDelta,
+    TextPart,
+    ThinkingDelta,
+    ThinkingPart,
+    ToolArgsDelta,
+    ToolResultPart,
+    ToolUsePart,
+    Usage,
+    UsageReport,
+)
+
+CHARS_PER_TOKEN = 4
+TOKENS_PER_MESSAGE = 4  # role markers and separators of a chat template
+TOKENS_PER_IMAGE = 765  # what OpenAI charges a 512x512 tile image; a fair middle for vision models
+
+
+def prompt_tokens(request: ChatRequest) -> int:
+    """A rough upper-leaning estimate of the prompt's tokens (text / 4, per-message overhead)."""
+    chars = 0
+    images = 0
+    for message in request.messages:
+        for part in message.content:
+            if isinstance(part, TextPart | ThinkingPart):
+                chars += len(part.text)
+            elif isinstance(part, ToolUsePart):
+                chars += len(part.name) + len(part.arguments)
+            elif isinstance(part, ToolResultPart):
+                for inner in part.content:
+                    if isinstance(inner, TextPart):
+                        chars += len(inner.text)
+                    else:
+                        images += 1
+            elif isinstance(part, ImagePart):
+                images += 1
+    for tool in request.tools:
+        chars += len(tool.name) + len(tool.description or "") + len(repr(tool.parameters))
+    return (math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(request.messages)
+            + TOKENS_PER_IMAGE * images)
+
+
+def reservation_tokens(request: ChatRequest) -> int:
+    """What a request reserves before it runs: its prompt estimate plus its output budget
+    (`max_tokens`, which the edge has already capped at the upstream's `max_output_tokens`)."""
+    return prompt_tokens(request) + (request.max_tokens or 0)
+
+
+class UsageMeter:
+    """Watches a stream's events: the upstream's usage if it reports one, else an estimate."""
+
+    __slots__ = ("_deltas", "_prompt", "reported")
+
+    def __init__(self, prompt_estimate: int) -> None:
+        self._prompt = prompt_estimate
+        self._deltas = 0
+        self.reported: Usage | None = None
+
+    def feed(self, events: list[StreamEvent]) -> None:
+        for event in events:
+            kind = type(event)
+            if kind is TextDelta or kind is ThinkingDelta or kind is ToolArgsDelta:
+                self._deltas += 1
+            elif kind is UsageReport:
+                self.reported = event.usage  # type: ignore[union-attr]
+
+    def feed_answer(self, content: list[Part]) -> None:
+        """A whole (non-streamed) answer: its text at about four characters a token."""
+        chars = 0
+        for part in content:
+            if isinstance(part, TextPart | ThinkingPart):
+                chars += len(part.text)
+            elif isinstance(part, ToolUsePart):
+                chars += len(part.name) + len(part.arguments)
+        self._deltas += math.ceil(chars / CHARS_PER_TOKEN)
+
+    def usage(self) -> Usage:
+        """The reported usage, or the estimate: the prompt estimate and one token per delta."""
+        if self.reported is not None:
+            return self.reported
+        return Usage(input_tokens=self._prompt, output_tokens=self._deltas)
+
+    @property
+    def total(self) -> int:
+        usage = self.usage()
+        return usage.input_tokens + usage.output_tokens
