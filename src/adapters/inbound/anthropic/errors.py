@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from adapters.inbound._shared.errors import retry_after_headers
 from adapters.inbound._shared.sse import event_frame
+from adapters.inbound.anthropic.rate_headers import rate_limit_headers
 from adapters.inbound.anthropic.schema import ENCODER, ErrorBody, ErrorInfo
-from domain.errors import ContextLengthExceeded, GatewayError
+from domain.errors import ContextLengthExceeded, GatewayError, RateLimited
 
 _TYPES = {
     400: "invalid_request_error",
@@ -68,6 +69,8 @@ class AnthropicErrors:
         info = ErrorInfo(type=error_type(error.status), message=message_of(error))
         body = ENCODER.encode(ErrorBody(error=info, request_id=request_id))
         headers = [(b"request-id", request_id.encode()), *retry_after_headers(error)]
+        if isinstance(error, RateLimited):
+            headers += rate_limit_headers(error.snapshot)
         return error.status, body, _JSON, headers
 
     def stream_error(self, error: GatewayError, request_id: str) -> bytes:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from adapters.inbound._shared.errors import retry_after_headers
 from adapters.inbound.openai import schema as w
-from domain.errors import ContextLengthExceeded, GatewayError
+from adapters.inbound.openai.rate_headers import rate_limit_headers
+from domain.consumers import LimitKind
+from domain.errors import ContextLengthExceeded, GatewayError, RateLimited
 
 PROBLEM_BASE = "https://api.riotpiao.com/problems/"
 PROBLEM_JSON = b"application/problem+json"
@@ -29,7 +31,11 @@ def problem(error: GatewayError, request_id: str) -> w.Problem:
         param, code = "messages", "context_length_exceeded"
     else:
         param, code = getattr(error, "param", None), error.kind
-    info = w.ErrorInfo(message=error.message, type=error_type(error.status), param=param, code=code)
+    kind = error_type(error.status)
+    if isinstance(error, RateLimited):  # OpenAI's code, and its type: which limit ran out
+        code = "rate_limit_exceeded"
+        kind = "requests" if error.limit is LimitKind.REQUESTS_PER_MINUTE else "tokens"
+    info = w.ErrorInfo(message=error.message, type=kind, param=param, code=code)
     return w.Problem(
         type=PROBLEM_BASE + error.kind,
         title=error.title,
@@ -55,7 +61,10 @@ class ProblemRenderer:
         self, error: GatewayError, request_id: str
     ) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
         body = w.encode(problem(error, request_id))
-        return error.status, body, PROBLEM_JSON, retry_after_headers(error)
+        headers = retry_after_headers(error)
+        if isinstance(error, RateLimited):
+            headers += rate_limit_headers(error.snapshot)
+        return error.status, body, PROBLEM_JSON, headers
 
     def stream_error(self, error: GatewayError, request_id: str) -> bytes:
         return stream_error_frame(error.kind, error.message, error.status)

@@ -1,0 +1,34 @@
+"""Anthropic's rate-limit headers (`anthropic-ratelimit-*`), on answers and on 429s.
+
+`reset` is an RFC 3339 time (UTC): when the limit is fully replenished.
+"""
+
+from __future__ import annotations
+
+import time
+
+from domain.consumers import RateSnapshot, RateState
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def rfc3339(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _limit(state: RateState | None, kind: bytes, now: float, out: Headers) -> None:
+    if state is None:
+        return
+    prefix = b"anthropic-ratelimit-" + kind
+    out.append((prefix + b"-limit", str(state.limit).encode()))
+    out.append((prefix + b"-remaining", str(state.remaining).encode()))
+    out.append((prefix + b"-reset", rfc3339(now + state.reset_seconds).encode()))
+
+
+def rate_limit_headers(snapshot: RateSnapshot | None) -> Headers:
+    out: Headers = []
+    if snapshot is not None:
+        now = time.time()
+        _limit(snapshot.requests, b"requests", now, out)
+        _limit(snapshot.tokens, b"tokens", now, out)
+    return out

@@ -1,0 +1,56 @@
+"""Each dialect's own rate-limit headers, from one `RateSnapshot` (issue 15)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from adapters.inbound.anthropic import errors as anthropic_errors
+from adapters.inbound.anthropic.rate_headers import rate_limit_headers as anthropic_headers
+from adapters.inbound.openai import errors as openai_errors
+from adapters.inbound.openai.rate_headers import duration
+from adapters.inbound.openai.rate_headers import rate_limit_headers as openai_headers
+from domain.consumers import LimitKind, RateSnapshot, RateState
+from domain.errors import RateLimited
+
+SNAPSHOT = RateSnapshot(
+    requests=RateState(kind=LimitKind.REQUESTS_PER_MINUTE, limit=600, remaining=599, reset_seconds=0.1),
+    tokens=RateState(kind=LimitKind.TOKENS_PER_MINUTE, limit=200000, remaining=150000, reset_seconds=15.0),
+)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.02, "20ms"), (6, "6s"), (6.4, "6s"), (90, "1m30s"),
+                                               (7200, "2h0m0s"), (0, "0ms")])
+def test_openai_durations(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
+
+
+def test_openai_headers() -> None:
+    assert dict(openai_headers(SNAPSHOT)) == {
+        b"x-ratelimit-limit-requests": b"600", b"x-ratelimit-remaining-requests": b"599",
+        b"x-ratelimit-reset-requests": b"100ms", b"x-ratelimit-limit-tokens": b"200000",
+        b"x-ratelimit-remaining-tokens": b"150000", b"x-ratelimit-reset-tokens": b"15s",
+    }
+    assert openai_headers(None) == [] and openai_headers(RateSnapshot()) == []
+
+
+def test_anthropic_headers_reset_at_an_rfc3339_time() -> None:
+    before = time.time()
+    headers = dict(anthropic_headers(SNAPSHOT))
+    assert headers[b"anthropic-ratelimit-requests-limit"] == b"600"
+    assert headers[b"anthropic-ratelimit-tokens-remaining"] == b"150000"
+    reset = time.mktime(time.strptime(headers[b"anthropic-ratelimit-tokens-reset"].decode(),
+                                      "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    assert before + 14 <= reset <= time.time() + 15
+
+
+def test_429_in_each_surface_shape_with_retry_after_and_the_headers() -> None:
+    error = RateLimited(LimitKind.TOKENS_PER_MINUTE, 7, SNAPSHOT)
+    status, body, media, headers = openai_errors.renderer.render(error, "rid")
+    assert status == 429 and media == b"application/problem+json"
+    assert b'"code":"rate_limit_exceeded"' in body and b'"type":"tokens"' in body
+    assert (b"retry-after", b"7") in headers and (b"x-ratelimit-remaining-tokens", b"150000") in headers
+    status, body, _, headers = anthropic_errors.AnthropicErrors().render(error, "rid")
+    assert status == 429 and b'"type":"rate_limit_error"' in body
+    assert (b"retry-after", b"7") in headers and (b"anthropic-ratelimit-requests-remaining", b"599") in headers
