@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -26,6 +27,7 @@ from adapters.inbound import anthropic, openai
 from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
 from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
+from adapters.inbound._shared.openapi import openapi_config
 from adapters.inbound.operations import operations_handlers
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
@@ -178,7 +180,7 @@ def _litestar_app(
         else None
     )
     app = Litestar(route_handlers=handlers, lifespan=[_lifespan(container)], cors_config=cors,
-                   openapi_config=None, logging_config=None)
+                   openapi_config=openapi_config(version("gateway")), logging_config=None)
     app.state.container = container
     return app
 

@@ -62,3 +62,11 @@ class ConsumerConcurrency(Protocol):
         has no `max_in_flight`). Raises `QueueTimeout` when the wait runs out; cancelling the
         wait leaves no trace (a slot granted in that same instant is given back)."""
         ...
+
+    async def start(self) -> None:
+        """Begin what a shared backend runs in the background (lease renewal, wake-ups)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop it and give back the slots this process still holds."""
+        ...

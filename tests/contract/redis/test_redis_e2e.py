@@ -8,53 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from tests.support.processes import Processes, free_port, upstream_toml
+from tests.support.processes import Processes, upstream_toml
+from tests.support.redis_server import RedisServer
 
 V1 = {"model": "reasoning", "messages": [{"role": "user", "content": "hi"}]}
 LLM = {"model": "reasoning", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
-
-
-class RedisServer:
-    def __init__(self, workdir: Path) -> None:
-        binary = shutil.which("redis-server")
-        assert binary, "redis-server is required (scripts/ensure-redis installs it)"
-        self.binary, self.workdir, self.port = binary, workdir, free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                import socket
-
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
 
 
 @pytest.fixture

@@ -98,4 +98,5 @@ def dialect_router(
         guards=[_headers_guard(limit)] if limit else [],
         exception_handlers={Exception: exception_handler(errors)},
         request_max_body_size=context.max_body_bytes,
+        tags=[surface],  # the OpenAPI document groups each dialect's operations
     )

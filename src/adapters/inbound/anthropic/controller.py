@@ -18,6 +18,8 @@ from litestar import Request, Response, Router, get, post
 from adapters.inbound._shared.dialect import EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
+from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
+from adapters.inbound.anthropic import schema as wire
 from adapters.inbound.anthropic.errors import AnthropicErrors
 from adapters.inbound.anthropic.mapping import (
     SURFACE,
@@ -36,6 +38,12 @@ ERRORS = AnthropicErrors()
 # Turns this request's `event: queue` frames on or off (`[server] queue_events` is the default).
 QUEUE_EVENTS_HEADER = "x-gateway-queue-events"
 _SWITCH = {"on": True, "off": False}
+EVENT = sse_event(
+    "Anthropic stream events; `queue` (`{\"type\":\"queue\",\"position\":N}`) is this gateway's extension, "
+    "sent while the request waits for a slot",
+    ["message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+     "message_stop", "ping", "error", "queue"],
+)
 
 
 def router(context: EdgeContext) -> Router:
@@ -44,7 +52,12 @@ def router(context: EdgeContext) -> Router:
     queue_events: bool = context.options.get("queue_events", True)
     created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # the gateway's start
 
-    @post("/v1/messages", status_code=200)
+    @post(
+        "/v1/messages", status_code=200, summary="Anthropic message", operation_id="Anthropic_message",
+        dependencies=request_body(wire.MessagesParams),
+        responses=responses(wire.MessageOut, wire.ErrorBody, JSON, REQUEST_ERRORS),
+        operation_class=operation_class(events=EVENT),
+    )
     async def messages(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
         call = call_of(request)
         chat = decode_messages(await read_body(request, limits.body_timeout_seconds), call.request_id, limits)
@@ -65,7 +78,12 @@ def router(context: EdgeContext) -> Router:
         record.finish_reason = response.finish_reason
         return Response(encode_message(response, chat.model), media_type=JSON, headers=headers)
 
-    @post("/v1/messages/count_tokens", status_code=200)
+    @post(
+        "/v1/messages/count_tokens", status_code=200, summary="Anthropic token count",
+        operation_id="Anthropic_token_count", dependencies=request_body(wire.CountTokensParams),
+        responses=responses(wire.TokenCount, wire.ErrorBody, JSON, sorted([*REQUEST_ERRORS, 501])),
+        operation_class=operation_class(),
+    )
     async def count_tokens(request: Request[Any, Any, Any]) -> Response[bytes]:
         call = call_of(request)
         chat = decode_count_tokens(await read_body(request, limits.body_timeout_seconds), call.request_id, limits)
@@ -83,7 +101,10 @@ def router(context: EdgeContext) -> Router:
         call.record.input_tokens = count
         return Response(encode_token_count(count), media_type=JSON, headers={"request-id": call.request_id})
 
-    @get("/v1/models")
+    @get(
+        "/v1/models", summary="Anthropic model list", operation_id="Anthropic_model_list",
+        responses=responses(wire.ModelList, wire.ErrorBody, JSON, [431]),
+    )
     async def models(request: Request[Any, Any, Any]) -> Response[bytes]:
         body = encode_models(service.models(), created_at)
         return Response(body, media_type=JSON, headers={"request-id": call_of(request).request_id})

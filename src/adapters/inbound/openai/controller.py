@@ -17,6 +17,8 @@ from litestar import Request, Response, Router, get, post
 from adapters.inbound._shared.dialect import EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
+from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
+from adapters.inbound.openai import schema as wire
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request, encode_models, response_body
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
@@ -25,6 +27,9 @@ from domain.errors import GatewayError
 
 SURFACE = "openai"
 JSON = "application/json"
+PROBLEM = "application/problem+json"
+EVENT = sse_event("`data:` is a `chat.completion.chunk` (JSON), an `{\"error\": ...}` object after a failure, "
+                  "and `[DONE]` last")
 
 
 def router(context: EdgeContext) -> Router:
@@ -32,7 +37,12 @@ def router(context: EdgeContext) -> Router:
     service, limits = context.service, context.limits
     models_body = encode_models(service.models(), int(time.time()))  # encoded once at startup
 
-    @post("/chat/completions", status_code=200)
+    @post(
+        "/chat/completions", status_code=200, summary="OpenAI chat completion",
+        operation_id="OpenAI_chat_completion", dependencies=request_body(wire.ChatCompletionRequest),
+        responses=responses(wire.ChatCompletion, wire.Problem, PROBLEM, REQUEST_ERRORS),
+        operation_class=operation_class(events=EVENT),
+    )
     async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
         call = call_of(request)
         body = await read_body(request, limits.body_timeout_seconds)
@@ -46,7 +56,10 @@ def router(context: EdgeContext) -> Router:
             return await stream_response(call, _frames(request, call, batches, writer))
         return _complete(call, await service.complete(chat, call.record), chat.model)
 
-    @get("/models")
+    @get(
+        "/models", summary="OpenAI model list", operation_id="OpenAI_model_list",
+        responses=responses(wire.ModelList, wire.Problem, PROBLEM, [431]),
+    )
     async def models() -> Response[bytes]:
         return Response(models_body, media_type=JSON)
 

@@ -132,18 +132,23 @@ class OutToolCall(Struct, kw_only=True):
     function: OutFunction
 
 
+# A non-streaming answer from an upstream that speaks this dialect is relayed byte for
+# byte, so these also describe vLLM's own: members it may write as null are typed so
+# (the gateway's encoder never sets them to None), and no schema forbids extra members.
+
+
 class OutMessage(Struct, kw_only=True):
     role: str = "assistant"
     content: str | None
-    reasoning: str | UnsetType = UNSET
-    tool_calls: list[OutToolCall] | UnsetType = UNSET
+    reasoning: str | UnsetType | None = UNSET
+    tool_calls: list[OutToolCall] | UnsetType | None = UNSET
 
 
 class OutChoice(Struct, kw_only=True):
     index: int = 0
     message: OutMessage
     finish_reason: str
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None  # vLLM's when the client asked for them
     stop_reason: str | None = None  # vLLM: the matched stop string
 
 

@@ -17,13 +17,10 @@ from collections.abc import Callable, Coroutine, Mapping
 from itertools import count
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.background import REDIS_DOWN
+from adapters.outbound.redis_gate.connection import connect
 from adapters.outbound.redis_gate.tickets import EXPIRED, LOST, WAITING, RedisLease, RedisTicket
 from domain.admission import DEFAULT_RETRY_AFTER, EWMA_ALPHA, MAX_RETRY_AFTER, AdmissionPolicy
 from ports.clock import Clock
@@ -78,11 +75,7 @@ class LedgerCore:
         self._recheck = recheck_seconds
         self._refresh = refresh_seconds
         self.on_fenced = on_fenced
-        # one retry: the first command after a Redis restart meets a dead pooled socket
-        self._redis = Redis.from_url(
-            redis_url, decode_responses=True, socket_timeout=socket_timeout,
-            socket_connect_timeout=min(1.0, socket_timeout), retry=Retry(NoBackoff(), 1),
-        )
+        self._redis = connect(redis_url, socket_timeout)
         self._scripts = {name: self._redis.register_script(src) for name, src in scripts.ALL.items()}
         self._tag = secrets.token_hex(4)
         self._ident = f"{socket.gethostname()}:{os.getpid()}:{self._tag}"

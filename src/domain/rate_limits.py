@@ -1,0 +1,195 @@
+"""Request and token limits of one consumer: token buckets and a UTC-day window (pure).
+
+Each per-minute limit L is a token bucket of capacity L refilled continuously at L/60
+per second, the way OpenAI and Anthropic describe their limits; `tokens_per_day` is a
+fixed window per UTC day. Time comes in as wall-clock seconds since the epoch (`now`):
+POSIX time has no leap seconds, so `now // 86400` is exactly the UTC day.
+
+Arithmetic is in integers so that the Redis scripts (Lua, doubles) compute exactly the
+same levels: time in milliseconds, a bucket level in units of 1/SCALE token, so a bucket
+of L per minute gains exactly L units per millisecond. Exact in a double while
+L * SCALE < 2**53, i.e. for limits below 1.5e11 per minute.
+
+Decisions (the contract of both usage ledgers):
+- a request is admitted only if EVERY limit admits it; it then takes 1 request and
+  reserves its `tokens` estimate, all or nothing;
+- requests: admitted when the bucket holds >= 1;
+- tokens per minute: admitted when the bucket holds >= min(tokens, L) (a request larger
+  than the whole limit still runs from a full bucket); the reservation subtracts all of
+  `tokens`, so the level may go negative: concurrent requests together exceed the limit
+  by at most one reservation, and later ones wait longer;
+- tokens per day: admitted when used + min(tokens, L) <= L; the window restarts at UTC
+  midnight;
+- settle(actual) replaces the reservation in the windows it was taken from: the bucket
+  gets the difference (never above its capacity), the day window only if it is still
+  the same day.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from domain.consumers import ConsumerLimits, LimitKind, RateSnapshot, RateState
+from domain.errors import RateLimited
+
+SCALE = 60_000  # bucket units per token = milliseconds per minute
+DAY_MS = 86_400_000
+
+
+def to_ms(now: float) -> int:
+    """Wall-clock seconds -> whole milliseconds (nearest: `ms / 1000` maps back to `ms`)."""
+    return round(now * 1000)
+
+
+def _limit(value: int | None) -> int | None:
+    # the keys file loader refuses limits < 1; never divide by zero if one slips through
+    return None if value is None else max(1, value)
+
+
+def effective_limits(limits: ConsumerLimits) -> tuple[int | None, int | None, int | None]:
+    """(requests_per_minute, tokens_per_minute, tokens_per_day) as every ledger applies them."""
+    return _limit(limits.requests_per_minute), _limit(limits.tokens_per_minute), _limit(limits.tokens_per_day)
+
+
+def _wait_ms(level: int, need: int, limit: int) -> int:
+    """Milliseconds until a bucket of `limit`/minute at `level` holds `need` units."""
+    return 0 if level >= need else -(-(need - level) // limit)
+
+
+class Receipt(msgspec.Struct, frozen=True, kw_only=True):
+    """What one admitted request took: settle puts it back in the same windows."""
+
+    tokens: int  # the estimate reserved
+    bucket: bool  # charged to the tokens-per-minute bucket
+    day: int  # the UTC day charged (days since the epoch), -1 = no day window
+    snapshot: RateSnapshot  # the consumer's limits right after the reservation
+
+
+class Refusal(msgspec.Struct, frozen=True, kw_only=True):
+    limit: LimitKind  # the violated limit that takes longest to admit the request
+    wait_ms: int  # until EVERY violated limit admits it (nothing else happening)
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds, at least 1."""
+        return max(1, -(-self.wait_ms // 1000))
+
+
+class ConsumerUsage:
+    """One consumer's counters: both buckets (levels at `stamp`) and the day window.
+
+    A bucket level of None means full (a consumer never seen, or a limit just added).
+    Every operation first `advance`s the state to `now_ms`; refilling is idempotent
+    (refilling to t1 then to t2 equals refilling to t2), so advancing on a refusal
+    changes nothing observable.
+    """
+
+    __slots__ = ("day", "requests", "stamp", "tokens", "used")
+
+    def __init__(self, requests: int | None = None, tokens: int | None = None, stamp: int = 0,
+                 day: int = -1, used: int = 0) -> None:
+        self.requests, self.tokens, self.stamp = requests, tokens, stamp
+        self.day, self.used = day, used
+
+    def advance(self, limits: ConsumerLimits, now_ms: int) -> None:
+        elapsed = max(0, now_ms - self.stamp)
+        self.requests = _refill(self.requests, _limit(limits.requests_per_minute), elapsed)
+        self.tokens = _refill(self.tokens, _limit(limits.tokens_per_minute), elapsed)
+        self.stamp = max(self.stamp, now_ms)
+        today = now_ms // DAY_MS
+        if self.day != today:
+            self.day, self.used = today, 0
+
+    def refusal(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Refusal | None:
+        """Why a request of `tokens` is not admitted now (after `advance`), or None."""
+        worst: Refusal | None = None
+        rpm, tpm, tpd = effective_limits(limits)
+        waits: list[tuple[LimitKind, int]] = []
+        if rpm is not None and self.requests is not None and self.requests < SCALE:
+            waits.append((LimitKind.REQUESTS_PER_MINUTE, _wait_ms(self.requests, SCALE, rpm)))
+        if tpm is not None and self.tokens is not None:
+            need = min(tokens, tpm) * SCALE
+            if self.tokens < need:
+                waits.append((LimitKind.TOKENS_PER_MINUTE, _wait_ms(self.tokens, need, tpm)))
+        if tpd is not None and self.used + min(tokens, tpd) > tpd:
+            waits.append((LimitKind.TOKENS_PER_DAY, DAY_MS - now_ms % DAY_MS))
+        for kind, wait in waits:
+            if worst is None or wait > worst.wait_ms:
+                worst = Refusal(limit=kind, wait_ms=wait)
+        return worst
+
+    def take(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Receipt:
+        """Charge an admitted request (after `advance` and no `refusal`)."""
+        if self.requests is not None and limits.requests_per_minute is not None:
+            self.requests -= SCALE
+        if self.tokens is not None and limits.tokens_per_minute is not None:
+            self.tokens -= tokens * SCALE
+        if limits.tokens_per_day is not None:
+            self.used += tokens
+        return self.receipt(limits, tokens, now_ms)
+
+    def receipt(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Receipt:
+        """The receipt of a request of `tokens` just charged to this state."""
+        return Receipt(tokens=tokens, bucket=self.tokens is not None and limits.tokens_per_minute is not None,
+                       day=-1 if limits.tokens_per_day is None else self.day,
+                       snapshot=self.snapshot(limits, now_ms))
+
+    def reserve(self, limits: ConsumerLimits, tokens: int, now: float) -> Receipt:
+        """Admit and charge a request of `tokens` (estimate), or raise `RateLimited`."""
+        now_ms, tokens = to_ms(now), max(0, tokens)
+        self.advance(limits, now_ms)
+        refused = self.refusal(limits, tokens, now_ms)
+        if refused is not None:
+            raise RateLimited(refused.limit, refused.retry_after, self.snapshot(limits, now_ms))
+        return self.take(limits, tokens, now_ms)
+
+    def settle(self, limits: ConsumerLimits, receipt: Receipt, actual: int, now: float) -> None:
+        """Replace the reservation by `actual` tokens: refund or extra charge."""
+        now_ms = to_ms(now)
+        self.advance(limits, now_ms)
+        diff = max(0, actual) - receipt.tokens
+        tpm = _limit(limits.tokens_per_minute)
+        if receipt.bucket and tpm is not None and self.tokens is not None:
+            self.tokens = min(tpm * SCALE, self.tokens - diff * SCALE)
+        if limits.tokens_per_day is not None and receipt.day == self.day:
+            self.used = max(0, self.used + diff)
+
+    def snapshot(self, limits: ConsumerLimits, now_ms: int) -> RateSnapshot:
+        """The request limit and the token limit that apply (per minute, else per day)."""
+        rpm, tpm, tpd = effective_limits(limits)
+        requests = tokens = None
+        if rpm is not None:
+            requests = _bucket_state(LimitKind.REQUESTS_PER_MINUTE, rpm, self.requests)
+        if tpm is not None:
+            tokens = _bucket_state(LimitKind.TOKENS_PER_MINUTE, tpm, self.tokens)
+        elif tpd is not None:
+            used = self.used if self.day == now_ms // DAY_MS else 0
+            tokens = RateState(kind=LimitKind.TOKENS_PER_DAY, limit=tpd, remaining=max(0, tpd - used),
+                               reset_seconds=(DAY_MS - now_ms % DAY_MS) / 1000)
+        return RateSnapshot(requests=requests, tokens=tokens)
+
+    def idle_ms(self, limits: ConsumerLimits, now_ms: int) -> int:
+        """Milliseconds (after `advance`) until this state equals a fresh one: full buckets and
+        nothing used today. The Redis key's TTL; 0 = it can be forgotten now."""
+        idle = 0
+        for level, limit in ((self.requests, _limit(limits.requests_per_minute)),
+                             (self.tokens, _limit(limits.tokens_per_minute))):
+            if level is not None and limit is not None:
+                idle = max(idle, _wait_ms(level, limit * SCALE, limit))
+        if limits.tokens_per_day is not None and self.used > 0:
+            idle = max(idle, DAY_MS - now_ms % DAY_MS)
+        return idle
+
+
+def _refill(level: int | None, limit: int | None, elapsed: int) -> int | None:
+    if limit is None:
+        return None
+    full = limit * SCALE
+    return full if level is None else min(full, level + elapsed * limit)
+
+
+def _bucket_state(kind: LimitKind, limit: int, level: int | None) -> RateState:
+    full = limit * SCALE
+    level = full if level is None else level
+    return RateState(kind=kind, limit=limit, remaining=max(0, level // SCALE),
+                     reset_seconds=_wait_ms(level, full, limit) / 1000)
