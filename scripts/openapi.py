@@ -38,11 +38,13 @@ Messages. Requests are admitted per upstream under a concurrency cap; overflow w
 a bounded FIFO queue (503 + Retry-After when full). Streaming answers
 (`"stream": true`) are server-sent events. Errors: `/v1` answers RFC 9457 problem
 documents with an OpenAI-style `error` member, `/llm` the Anthropic error shape (see
-docs/errors.md). No authentication: put the gateway behind an authenticating proxy
-(SECURITY.md)."""
+docs/errors.md). API keys: with `[auth] mode = "required"` every request needs a key as
+`Authorization: Bearer <key>` or `x-api-key: <key>` (401 otherwise); with auth off (the
+default) none is checked (README "API keys", SECURITY.md)."""
 
 ERRORS = {  # status -> when (docs/errors.md)
     "400": "Invalid request: malformed JSON, wrong types, missing fields, a limit exceeded",
+    "401": "Missing, unknown or revoked API key, or two different keys (only with `[auth] mode = \"required\"`)",
     "404": "Unknown model (or path)",
     "405": "Method not allowed",
     "408": "The request body was not received within `server.body_timeout_seconds`",
@@ -122,7 +124,7 @@ def build_document() -> Json:
     for name in ("OutMessage", "OutChoice", "OutUsage"):
         _nullable_optionals(o_components[f"OpenAI.{name}"])
     problem, anthropic_error = "application/problem+json", "application/json"
-    chat = llm = ["400", "404", "405", "408", "413", "431", "502", "503", "504"]
+    chat = llm = ["400", "401", "404", "405", "408", "413", "431", "502", "503", "504"]
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     return {
         "openapi": "3.1.0",
@@ -133,7 +135,7 @@ def build_document() -> Json:
                 _responses(o_completion, o_problem, problem, OPENAI_EVENT, chat), o_request,
             )},
             "/v1/models": {"get": _operation(
-                "OpenAI model list", "openai", _responses(o_models, o_problem, problem, None, ["431"])
+                "OpenAI model list", "openai", _responses(o_models, o_problem, problem, None, ["401", "431"])
             )},
             "/llm/v1/messages": {"post": _operation(
                 "Anthropic message", "anthropic",
@@ -144,7 +146,8 @@ def build_document() -> Json:
                 _responses(a_tokens, a_error, anthropic_error, None, sorted([*llm, "501"])), a_count,
             )},
             "/llm/v1/models": {"get": _operation(
-                "Anthropic model list", "anthropic", _responses(a_models, a_error, anthropic_error, None, ["431"])
+                "Anthropic model list", "anthropic",
+                _responses(a_models, a_error, anthropic_error, None, ["401", "431"]),
             )},
         },
         "components": {"schemas": {**o_components, **a_components}},
