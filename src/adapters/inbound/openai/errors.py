@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from adapters.inbound._shared.errors import retry_after_headers
 from adapters.inbound.openai import schema as w
-from domain.errors import ContextLengthExceeded, GatewayError
+from domain.errors import ContextLengthExceeded, GatewayError, InvalidApiKey
 
 PROBLEM_BASE = "https://api.riotpiao.com/problems/"
 PROBLEM_JSON = b"application/problem+json"
@@ -27,6 +27,8 @@ def problem(error: GatewayError, request_id: str) -> w.Problem:
     if isinstance(error, ContextLengthExceeded):
         # OpenAI's own code and param: what OpenAI clients check before trimming and retrying.
         param, code = "messages", "context_length_exceeded"
+    elif isinstance(error, InvalidApiKey):
+        param, code = None, "invalid_api_key"  # OpenAI's code for a missing or wrong key
     else:
         param, code = getattr(error, "param", None), error.kind
     info = w.ErrorInfo(message=error.message, type=error_type(error.status), param=param, code=code)
