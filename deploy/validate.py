@@ -5,13 +5,15 @@ For the base and every overlay under deploy/k8s it
      needed; `scripts/ensure-kubectl` installs kubectl where it is missing),
   2. validates every object against the Kubernetes JSON schemas shipped in the
      `kubernetes-validate` package, strictly (an unknown field is an error),
-  3. loads the gateway.toml the gateway pod mounts with the gateway's own config loader,
+  3. loads the gateway.toml the gateway pod mounts with the gateway's own config loader
+     (and the keys file of a Secret in the manifests with its own keys-file parser),
   4. checks the operational invariants the manifests' comments promise.
 It prints one line per problem and exits 1 if there is any.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -32,6 +34,7 @@ CONTAINERFILE = ROOT / "deploy" / "Containerfile"
 if str(ROOT / "src") not in sys.path:  # check this checkout's config.py, not an installed copy
     sys.path.insert(0, str(ROOT / "src"))
 
+from adapters.outbound.keys_file import KeysFileError, parse_keys  # noqa: E402
 from config import Config, ConfigError, load_config_text, parse_listen  # noqa: E402
 
 Obj = dict[str, Any]
@@ -219,6 +222,8 @@ def invariant_problems(objects: list[Obj], config: Config) -> list[str]:
         )
     if config.admission.backend == "redis":
         problems.extend(redis_problems(objects, config, deployment["metadata"].get("namespace")))
+    if config.auth.mode == "required":
+        problems.extend(keys_file_problems(objects, config, deployment))
 
     labels = deployment["spec"]["template"]["metadata"].get("labels", {})
     for pdb in (o for o in objects if o["kind"] == "PodDisruptionBudget"):
@@ -279,6 +284,37 @@ def redis_problems(objects: list[Obj], config: Config, namespace: str | None) ->
     services = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
     if in_cluster and service not in services:
         return [f"admission.redis_url host '{host}' is not a Service in these manifests"]
+    return []
+
+
+def keys_file_problems(objects: list[Obj], config: Config, deployment: Obj) -> list[str]:
+    """[auth] keys_file must come from a Secret mounted whole (a subPath mount never sees an
+    update, so rotation and revocation would need a restart), and its content must load."""
+    path = config.auth.keys_file or ""
+    directory, key = posixpath.split(path)
+    container = gateway_container(deployment)
+    mount = next((m for m in container.get("volumeMounts", []) if m["mountPath"] in (directory, path)), None)
+    if mount is None:
+        return [f"auth.keys_file {path}: no volume is mounted at {directory}"]
+    if mount.get("subPath") or mount["mountPath"] == path:
+        return [f"auth.keys_file {path}: mounted with subPath, so updates never reach the pod; mount the whole Secret"]
+    volumes = deployment["spec"]["template"]["spec"].get("volumes", [])
+    volume: Obj = next((v for v in volumes if v["name"] == mount["name"]), {})
+    if "secret" not in volume:
+        return [f"auth.keys_file {path}: volume '{mount['name']}' is not a Secret"]
+    name = volume["secret"]["secretName"]
+    secret = next((o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == name), None)
+    if secret is None:
+        return []  # managed outside these manifests (deploy/README.md)
+    text = secret.get("stringData", {}).get(key)
+    if text is None and key in secret.get("data", {}):
+        text = base64.b64decode(secret["data"][key]).decode("utf-8")
+    if text is None:
+        return [f"{object_id(secret)} has no key '{key}' (auth.keys_file {path})"]
+    try:
+        parse_keys(text)
+    except KeysFileError as exc:
+        return [f"{object_id(secret)} {key}: {exc}"]
     return []
 
 

@@ -1,7 +1,8 @@
 """Composition root: the only module that knows every concrete class, plus the CLI.
 
 `gateway serve --config PATH` runs the gateway, `gateway check-config --config PATH`
-validates a file, `gateway stub --listen HOST:PORT` runs the vLLM-like stub upstream.
+validates a file, `gateway stub --listen HOST:PORT` runs the vLLM-like stub upstream,
+`gateway keys new --consumer NAME` makes an API key and its keys-file entry.
 `gateway serve` without `--config` runs the embedded demo: two stub upstreams
 started as child processes and a config pointing at them.
 """
@@ -30,6 +31,7 @@ from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.openapi import openapi_config
 from adapters.inbound.operations import operations_handlers
 from adapters.outbound.edge_observer import EdgeObserver
+from adapters.outbound.keys_file import KeysFileError, KeysFileStore, keys_entry, new_key, read_keys_file
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
@@ -150,17 +152,42 @@ def _input_limits(config: Config, router: ModelRouter | None = None) -> InputLim
     )
 
 
+def _credentials(config: Config) -> KeysFileStore | None:
+    """The keys file when keys are required; None: every request is anonymous."""
+    auth = config.auth
+    if auth.mode == "off":
+        return None
+    assert auth.keys_file is not None  # config checks it
+    return KeysFileStore(auth.keys_file, auth.reload_interval_seconds)
+
+
+def _check_keys_file(config: Config) -> None:
+    """A bad keys file stops `serve` before it listens, like a bad config (exit 2)."""
+    if config.auth.mode == "required" and config.auth.keys_file is not None:
+        try:
+            read_keys_file(config.auth.keys_file)
+        except KeysFileError as error:
+            raise ConfigError(f"auth.keys_file: {error}") from None
+
+
 def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        await container.init_resources()  # type: ignore[misc]  # the upstream sessions are async
-        gate = container.gate()
-        await gate.start()
+        credentials = container.credentials()
+        if credentials is not None:
+            await credentials.start()  # before serving: no request is ever checked against nothing
         try:
-            yield
+            await container.init_resources()  # type: ignore[misc]  # the upstream sessions are async
+            gate = container.gate()
+            await gate.start()
+            try:
+                yield
+            finally:
+                await gate.close()
+                await container.shutdown_resources()  # type: ignore[misc]
         finally:
-            await gate.close()
-            await container.shutdown_resources()  # type: ignore[misc]
+            if credentials is not None:
+                await credentials.close()
 
     return lifespan
 
@@ -195,6 +222,7 @@ class Container(containers.DeclarativeContainer):
     lifecycle = providers.Singleton(serving.Lifecycle)
     router = providers.Singleton(lambda c: _router(c), config)
     gate = providers.Singleton(lambda c, clock: _gate(c, clock), config, clock)
+    credentials = providers.Singleton(lambda c: _credentials(c), config)
     tracing = providers.Resource(_telemetry, config)
     # upstream name -> its aiohttp session, filled and emptied by the resource below
     sessions: providers.Singleton[dict[str, aiohttp.ClientSession]] = providers.Singleton(dict)
@@ -212,12 +240,12 @@ class Container(containers.DeclarativeContainer):
         lambda log, metrics, tracing: EdgeObserver(log, metrics, tracing=tracing), request_log, metrics, tracing
     )
     edge_context = providers.Singleton(
-        lambda c, router, service, observer: EdgeContext(
+        lambda c, router, service, observer, credentials: EdgeContext(
             service=service, observer=observer, max_body_bytes=c.server.max_body_bytes,
             ping_interval_seconds=c.server.ping_interval_seconds, limits=_input_limits(c, router),
-            options={"queue_events": c.server.queue_events},
+            options={"queue_events": c.server.queue_events}, credentials=credentials,
         ),
-        config, router, service, observer,
+        config, router, service, observer, credentials,
     )
     app = providers.Singleton(_litestar_app, config, dialects, edge_context, metrics, lifecycle, __self__)
 
@@ -240,6 +268,7 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         config, stop_stubs = load_config(args.config), None
     host, port = parse_listen(config.server.listen)
+    _check_keys_file(config)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     server = config.server
     grace = server.drain_grace_seconds
@@ -269,6 +298,15 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_new(args: argparse.Namespace) -> int:
+    """Print a new key once, and the keys-file lines holding its digest (the only thing stored)."""
+    key = new_key()
+    print(f"key: {key}")
+    print("# Shown once: store the key now. Add these lines to the keys file ([auth] keys_file):")
+    print(keys_entry(args.consumer, key), end="")
+    return 0
+
+
 def _stub(args: argparse.Namespace) -> int:
     from stub.cli import run
 
@@ -286,6 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = commands.add_parser("check-config", help="validate a config file and print it")
     check.add_argument("--config", required=True)
     check.set_defaults(run=_check_config)
+    keys = commands.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
+    new = keys.add_parser("new", help="make a new API key and print its keys-file entry")
+    new.add_argument("--consumer", required=True, help="the consumer (keys-file table name) the key is for")
+    new.set_defaults(run=_keys_new)
     stub = commands.add_parser("stub", help="run the vLLM-compatible stub upstream")
     add_stub_arguments(stub)
     stub.set_defaults(run=_stub)

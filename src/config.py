@@ -91,11 +91,21 @@ class TelemetryConfig(Section):
     sample_ratio: Annotated[float, Meta(ge=0, le=1)] = 1.0
 
 
+class AuthConfig(Section):
+    """API keys (docs/operations.md): off (one anonymous consumer) unless mode = "required"."""
+
+    mode: Literal["off", "required"] = "off"
+    keys_file: str | None = None  # required with mode = "required"
+    # How often the keys file is checked for changes: also the revocation delay.
+    reload_interval_seconds: PositiveFloat = 5.0
+
+
 class Config(Section):
     upstreams: dict[str, UpstreamConfig]
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     admission: SharedAdmissionConfig = msgspec.field(default_factory=SharedAdmissionConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
+    auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
 
 
 _PATH = re.compile(r"`\$((?:[.\[][^`]*)?)`")
@@ -163,6 +173,8 @@ def _check(config: Config) -> None:
             "server.workers > 1 needs admission.backend = 'redis': the in-memory ledger "
             "is only correct in one process"
         )
+    if config.auth.mode == "required" and not config.auth.keys_file:
+        raise ConfigError("auth.keys_file is required when auth.mode = 'required'")
 
 
 def _check_aliases(config: Config) -> None:

@@ -28,6 +28,10 @@ class RequestRecord(Struct, kw_only=True):
     finish_reason: str | None = None
     # The client's own session id (`X-Claude-Code-Session-Id`), to group an agent's requests.
     session_id: str | None = None
+    # Who the request is for (the keys file's consumer name) and the non-secret id of its key;
+    # None while nothing was authenticated (auth off, or a refused key).
+    consumer: str | None = None
+    key_id: str | None = None
     # The consumer's request and token limits after this request's reservation (response
     # headers); None when no limit applies.
     rate: RateSnapshot | None = None

@@ -98,6 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "in_flight=N max_concurrent=M, flushed at once",
     )
     parser.add_argument(
+        "--log-headers",
+        action="store_true",
+        help="add headers=a,b,... to each --log line: the names (never the values) of the "
+        "request headers received, lower-case, in order",
+    )
+    parser.add_argument(
         "--models",
         default=None,
         metavar="A,B",
@@ -117,6 +123,7 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         raise SystemExit("stub: --fault-rate needs --fault KIND")
     return StubConfig(hold=args.hold, tokens=args.tokens, reasoning=args.reasoning,
                       error_rate=args.error_rate, seed=args.seed, log_path=args.log,
+                      log_headers=args.log_headers,
                       models=models, chunk_delay=args.chunk_delay,
                       fault=args.fault, fault_rate=rate)  # fmt: skip
 

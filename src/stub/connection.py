@@ -53,6 +53,8 @@ class Handler(Protocol):
 
     def release(self, proto: HttpProtocol) -> None: ...
 
+    log_headers: bool
+
 
 class HttpProtocol(asyncio.Protocol):
     """One client connection: parse with httptools, answer requests strictly in order."""
@@ -64,10 +66,12 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         self.body: list[bytes] = []
         self.expect_continue = False
-        # (method, path, body, keep-alive, traceparent header) of each parsed request
-        self.pending: deque[tuple[bytes, bytes, bytes, bool, bytes]] = deque()
+        # (method, path, body, keep-alive, traceparent header, header names) of each parsed request
+        self.pending: deque[tuple[bytes, bytes, bytes, bool, bytes, bytes]] = deque()
         self.traceparent = b""  # of the request being answered
+        self.header_names = b""  # of the request being answered, with --log-headers
         self.incoming_traceparent = b""
+        self.incoming_names: list[bytes] = []
         self.task: asyncio.Task[None] | None = None
         self.counted = False  # a chat request of this connection is in flight
         self.closed = False
@@ -87,10 +91,10 @@ class HttpProtocol(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             if self.pending:  # no upgrades here: answer over HTTP/1.1, then close
-                method, path, body, _, parent = self.pending[-1]
-                self.pending[-1] = (method, path, body, False, parent)
+                method, path, body, _, parent, names = self.pending[-1]
+                self.pending[-1] = (method, path, body, False, parent, names)
         except httptools.HttpParserError as exc:  # queued, so earlier answers go out first
-            self.pending.append((b"!", str(exc).encode(), b"", False, b""))
+            self.pending.append((b"!", str(exc).encode(), b"", False, b"", b""))
         self.process()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -118,12 +122,15 @@ class HttpProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.url, self.body, self.expect_continue = b"", [], False
         self.incoming_traceparent = b""
+        self.incoming_names = []
 
     def on_url(self, url: bytes) -> None:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         lowered = name.lower()
+        if self.stub.log_headers:
+            self.incoming_names.append(lowered)
         if lowered == b"expect" and value.lower() == b"100-continue":
             self.expect_continue = True
         elif lowered == b"traceparent":
@@ -139,15 +146,14 @@ class HttpProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         path = self.url.split(b"?", 1)[0]
         method = self.parser.get_method()
-        self.pending.append(
-            (method, path, b"".join(self.body), self.parser.should_keep_alive(), self.incoming_traceparent)
-        )
+        self.pending.append((method, path, b"".join(self.body), self.parser.should_keep_alive(),
+                             self.incoming_traceparent, b",".join(self.incoming_names)))
 
     # -- request processing -------------------------------------------------------------
     def process(self) -> None:
         """Answer queued requests in order until one needs to wait."""
         while self.pending and self.task is None and not self.closed:
-            method, path, body, keep, self.traceparent = self.pending.popleft()
+            method, path, body, keep, self.traceparent, self.header_names = self.pending.popleft()
             if method == b"!":
                 message = f"Invalid HTTP request: {path.decode(errors='replace')}"
                 self.finish(response(400, error_body(400, message), False), False)

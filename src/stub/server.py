@@ -36,6 +36,7 @@ class StubConfig:
     error_rate: float = 0.0
     seed: int = 0
     log_path: str | None = None
+    log_headers: bool = False  # header names on each --log line (what a gateway forwarded)
     models: tuple[str, ...] = ()
     chunk_delay: float = 0.0
     fault: str | None = None  # a kind of stub.faults.KINDS, or "random"
@@ -55,6 +56,7 @@ class Stub:
 
     def __init__(self, config: StubConfig) -> None:
         self.config = config
+        self.log_headers = config.log_headers and bool(config.log_path)
         self.rng = random.Random(config.seed)
         self.faults = FaultPicker(config.fault, config.fault_rate, self.rng) if config.fault else None
         self.in_flight = 0
@@ -89,7 +91,9 @@ class Stub:
         """Count a started chat request and log its line (with ``fault=KIND`` when one is injected).
 
         ``roles=[...]`` lists the request's message roles in order (a JSON array without
-        spaces, like ``model``), so a test can see where system messages arrived.
+        spaces, like ``model``), so a test can see where system messages arrived; with
+        ``--log-headers``, ``headers=a,b`` names the headers received (names only: a test
+        proves no credential was forwarded without the stub ever writing one down).
         """
         proto.counted = True
         self.in_flight += 1
@@ -101,6 +105,7 @@ class Stub:
                 f"stream={'true' if req.stream else 'false'} "
                 f"roles={encode([m.role for m in req.messages]).decode()}"
                 + (f" traceparent={proto.traceparent.decode('latin-1')}" if proto.traceparent else "")
+                + (f" headers={proto.header_names.decode('latin-1')}" if self.log_headers else "")
                 + (f" fault={fault}" if fault else "")
                 + "\n"
             )

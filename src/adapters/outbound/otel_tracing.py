@@ -135,6 +135,10 @@ def _attributes(record: RequestRecord) -> Iterable[tuple[str, AttributeValue]]:
         yield "error.type", record.error_kind
     if record.session_id is not None:
         yield "session.id", record.session_id
+    if record.consumer is not None:  # the key's consumer and non-secret id, never the key
+        yield "gateway.consumer", record.consumer
+    if record.key_id is not None:
+        yield "gateway.key_id", record.key_id
     if record.client_gone:
         yield "gateway.client_gone", True
     yield "gateway.stream", record.stream

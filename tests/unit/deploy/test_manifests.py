@@ -150,3 +150,27 @@ def test_a_missing_kubectl_fails_clearly(monkeypatch: pytest.MonkeyPatch, tmp_pa
 ])
 def test_kustomize_older_than_v5_is_refused(version: str | None, too_old: bool) -> None:
     assert validate.kustomize_too_old(version) is too_old
+
+
+def test_production_requires_keys_from_a_secret_mounted_whole() -> None:
+    for directory in (BASE, SINGLE):
+        objects = validate.render(directory)
+        config = validate.gateway_config(objects)
+        assert (config.auth.mode, config.auth.keys_file) == ("required", "/etc/gateway-keys/keys.toml")
+        secret = validate.find(objects, "Secret", "gateway-keys")
+        assert "keys.toml" in secret["stringData"]
+        assert validate.keys_file_problems(objects, config, _deployment(objects)) == []
+
+
+def test_a_keys_file_mounted_by_sub_path_or_invalid_fails() -> None:
+    objects = validate.render(BASE)
+    config = validate.gateway_config(objects)
+    mount = next(m for m in _deployment(objects)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+                 if m["name"] == "keys")
+    mount["subPath"] = "keys.toml"
+    problems = validate.invariant_problems(objects, config)
+    assert any("mounted with subPath, so updates never reach the pod" in p for p in problems)
+    del mount["subPath"]
+    validate.find(objects, "Secret", "gateway-keys")["stringData"]["keys.toml"] = "[consumers.a]\nkeys = [\"x\"]\n"
+    problems = validate.invariant_problems(objects, config)
+    assert any("consumers.a.keys[0]" in p for p in problems)

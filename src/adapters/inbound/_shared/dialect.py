@@ -3,8 +3,8 @@
 A dialect is a package under `adapters/inbound/` exposing `router(context) -> Router`.
 Bootstrap lists the dialects it serves; adding one touches nothing in domain, ports,
 application or outbound code. `dialect_router` gives each the same edge: one record
-per request, the header-size limit, the body-size limit, and every failure (Litestar's
-404/405/413 included) rendered by the dialect's own `ErrorRenderer`.
+per request, the header-size limit, the API key (when required), the body-size limit, and
+every failure (Litestar's 404/405/413 included) rendered by the dialect's own `ErrorRenderer`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from litestar import Request, Response, Router, route
 from litestar.enums import HttpMethod
 from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 
+from adapters.inbound._shared.auth import auth_guard
 from adapters.inbound._shared.edge import EdgeMiddleware, call_of
 from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
 from application.chat import ChatService
 from domain.errors import HeadersTooLarge, MethodNotAllowed, NotFound
+from ports.consumers import CredentialStore
 from ports.telemetry import RequestObserver
 
 
@@ -35,6 +37,8 @@ class EdgeContext:
     ping_interval_seconds: float
     options: dict[str, Any] = field(default_factory=dict)
     limits: InputLimits = field(default_factory=InputLimits)
+    # The keys file when `[auth] mode = "required"`; None: every request is anonymous.
+    credentials: CredentialStore | None = None
 
 
 DialectRouter = Callable[[EdgeContext], Router]
@@ -87,6 +91,10 @@ def dialect_router(
     refusals = [_not_allowed(sorted(_METHODS - methods), p) for p, methods in taken.items()]
     limit = context.limits.max_header_bytes
     observer = context.observer
+    # Order matters: the head's size first, then the key, before anything else can refuse.
+    guards = [_headers_guard(limit)] if limit else []
+    if context.credentials is not None:
+        guards.append(auth_guard(context.credentials))
 
     def edge(app: Any) -> EdgeMiddleware:  # a function: Litestar deep-copies the Router, not closures
         return EdgeMiddleware(app, surface, observer)
@@ -95,7 +103,7 @@ def dialect_router(
         path=path,
         route_handlers=[*handlers, *refusals, _no_such_route()],
         middleware=[edge],
-        guards=[_headers_guard(limit)] if limit else [],
+        guards=guards,
         exception_handlers={Exception: exception_handler(errors)},
         request_max_body_size=context.max_body_bytes,
         tags=[surface],  # the OpenAPI document groups each dialect's operations

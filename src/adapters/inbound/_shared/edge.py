@@ -24,6 +24,7 @@ from litestar import Request
 from litestar.exceptions import InternalServerException
 from litestar.response import Stream
 
+from domain.consumers import ANONYMOUS_IDENTITY, Identity
 from domain.errors import GatewayError, RequestTimeout
 from domain.records import RequestRecord
 from ports.telemetry import RequestObserver
@@ -53,7 +54,7 @@ class Call:
     """One request at the edge: its id, its record, and its hang-up watcher."""
 
     __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "gone", "header_bytes",
-                 "record", "request_id", "started")  # fmt: skip
+                 "identity", "record", "request_id", "started")  # fmt: skip
 
     def __init__(self, scope: Any, receive: Any, surface: str) -> None:
         self._t0 = time.perf_counter()
@@ -64,6 +65,8 @@ class Call:
         self.gone = False
         self.started = False
         self.body: Closable | None = None  # a streaming body, closed by the middleware
+        # Who the request is for: the auth guard replaces it when keys are required.
+        self.identity: Identity = ANONYMOUS_IDENTITY
         # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         incoming: bytes | None = None

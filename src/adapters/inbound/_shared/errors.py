@@ -86,6 +86,8 @@ def exception_handler(errors: ErrorRenderer) -> Callable[[Request[Any, Any, Any]
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in extra}
         if status == 408:  # a stuck client: do not wait for the rest of its body
             headers["connection"] = "close"
+        elif status == 401:  # RFC 9110: a 401 names the scheme it wants
+            headers["www-authenticate"] = "Bearer"
         return Response(body, status_code=status, media_type=content_type.decode("latin-1"), headers=headers)
 
     return handle

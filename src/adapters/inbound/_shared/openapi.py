@@ -34,22 +34,26 @@ Messages. Requests are admitted per upstream under a concurrency cap; overflow w
 a bounded FIFO queue (503 + Retry-After when full). Streaming answers
 (`"stream": true`) are server-sent events. Errors: `/v1` answers RFC 9457 problem
 documents with an OpenAI-style `error` member, `/llm` the Anthropic error shape (see
-docs/errors.md). No authentication: put the gateway behind an authenticating proxy
-(SECURITY.md)."""
+docs/errors.md). API keys: with `[auth] mode = "required"` every request needs a key as
+`Authorization: Bearer <key>` or `x-api-key: <key>` (401 otherwise); with auth off (the
+default) none is checked (README "API keys", SECURITY.md). Consumers over a request or
+token limit get 429 with Retry-After and the dialect's rate-limit headers."""
 
 ERRORS = {  # status -> when (docs/errors.md)
     400: "Invalid request: malformed JSON, wrong types, missing fields, a limit exceeded",
+    401: "Missing, unknown or revoked API key, or two different keys (only with `[auth] mode = \"required\"`)",
     404: "Unknown model (or path)",
     405: "Method not allowed",
     408: "The request body was not received within `server.body_timeout_seconds`",
     413: "Request body larger than `server.max_body_bytes`",
+    429: "The consumer is over a request or token limit (with Retry-After)",
     431: "Request target and headers larger than `server.max_header_bytes`",
     501: "Token counting is not available: the model's upstream has no tokenizer endpoint",
     502: "The upstream failed or answered malformed",
     503: "Queue full, queue wait timed out, or draining (with Retry-After)",
     504: "The upstream timed out",
 }
-REQUEST_ERRORS = (400, 404, 405, 408, 413, 431, 502, 503, 504)  # of a request that reaches an upstream
+REQUEST_ERRORS = (400, 401, 404, 405, 408, 413, 429, 431, 502, 503, 504)  # of a request that reaches an upstream
 
 _RETRY_AFTER = OpenAPIHeader(
     required=True, description="whole seconds to wait", schema=Schema(type=OpenAPIType.STRING, pattern="^[0-9]+$")

@@ -103,7 +103,7 @@ def router(context: EdgeContext) -> Router:
 
     @get(
         "/v1/models", summary="Anthropic model list", operation_id="Anthropic_model_list",
-        responses=responses(wire.ModelList, wire.ErrorBody, JSON, [431]),
+        responses=responses(wire.ModelList, wire.ErrorBody, JSON, [401, 431]),
     )
     async def models(request: Request[Any, Any, Any]) -> Response[bytes]:
         body = encode_models(service.models(), created_at)

@@ -58,7 +58,7 @@ def router(context: EdgeContext) -> Router:
 
     @get(
         "/models", summary="OpenAI model list", operation_id="OpenAI_model_list",
-        responses=responses(wire.ModelList, wire.Problem, PROBLEM, [431]),
+        responses=responses(wire.ModelList, wire.Problem, PROBLEM, [401, 431]),
     )
     async def models() -> Response[bytes]:
         return Response(models_body, media_type=JSON)

@@ -12,7 +12,7 @@ from adapters.inbound._shared.errors import retry_after_headers
 from adapters.inbound.openai import schema as w
 from adapters.inbound.openai.rate_headers import rate_limit_headers
 from domain.consumers import LimitKind
-from domain.errors import ContextLengthExceeded, GatewayError, RateLimited
+from domain.errors import ContextLengthExceeded, GatewayError, InvalidApiKey, RateLimited
 
 PROBLEM_BASE = "https://api.riotpiao.com/problems/"
 PROBLEM_JSON = b"application/problem+json"
@@ -29,6 +29,8 @@ def problem(error: GatewayError, request_id: str) -> w.Problem:
     if isinstance(error, ContextLengthExceeded):
         # OpenAI's own code and param: what OpenAI clients check before trimming and retrying.
         param, code = "messages", "context_length_exceeded"
+    elif isinstance(error, InvalidApiKey):
+        param, code = None, "invalid_api_key"  # OpenAI's code for a missing or wrong key
     else:
         param, code = getattr(error, "param", None), error.kind
     kind = error_type(error.status)
