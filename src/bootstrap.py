@@ -30,6 +30,7 @@ from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.openapi import openapi_config
 from adapters.inbound.operations import operations_handlers
+from adapters.outbound.consumer_counters import consumer_concurrency, usage_ledger
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.keys_file import KeysFileError, KeysFileStore, keys_entry, new_key, read_keys_file
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
@@ -39,9 +40,11 @@ from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
 from application.chat import ChatService
+from application.consumer_limits import ConsumerLimits
 from config import Config, ConfigError, dump_config, load_config, parse_listen
 from domain.admission import AdmissionPolicy
 from domain.routing import ModelRouter
+from ports.consumers import ConsumerConcurrency, UsageLedger
 
 if TYPE_CHECKING:  # imported where used: a process without Redis or tracing never loads them
     from adapters.outbound.otel_tracing import OtelTelemetry
@@ -161,6 +164,30 @@ def _credentials(config: Config) -> KeysFileStore | None:
     return KeysFileStore(auth.keys_file, auth.reload_interval_seconds)
 
 
+def _usage_ledger(config: Config) -> UsageLedger | None:
+    """Request and token counters of the consumers (only with keys: else all are anonymous)."""
+    if config.auth.mode == "off":
+        return None
+    shared = config.admission
+    return usage_ledger(shared.backend, shared.redis_url, shared.key_prefix)
+
+
+def _consumer_concurrency(config: Config) -> ConsumerConcurrency | None:
+    """`max_in_flight` per consumer, on the admission gate's backend."""
+    if config.auth.mode == "off":
+        return None
+    shared = config.admission
+    return consumer_concurrency(shared.backend, shared.redis_url, shared.key_prefix, shared.lease_seconds)
+
+
+def _consumer_limits(
+    config: Config, usage: UsageLedger | None, concurrency: ConsumerConcurrency | None
+) -> ConsumerLimits:
+    """A consumer waits for its own slot at most as long as its upstream's queue would let it."""
+    waits = {name: u.admission.queue_timeout_seconds for name, u in config.upstreams.items() if u.admission}
+    return ConsumerLimits(usage, concurrency, waits)
+
+
 def _check_keys_file(config: Config) -> None:
     """A bad keys file stops `serve` before it listens, like a bad config (exit 2)."""
     if config.auth.mode == "required" and config.auth.keys_file is not None:
@@ -176,13 +203,18 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
         credentials = container.credentials()
         if credentials is not None:
             await credentials.start()  # before serving: no request is ever checked against nothing
+        counters = [c for c in (container.usage(), container.consumer_concurrency()) if c is not None]
         try:
             await container.init_resources()  # type: ignore[misc]  # the upstream sessions are async
             gate = container.gate()
             await gate.start()
+            for counter in counters:
+                await counter.start()
             try:
                 yield
             finally:
+                for counter in counters:
+                    await counter.close()
                 await gate.close()
                 await container.shutdown_resources()  # type: ignore[misc]
         finally:
@@ -228,11 +260,14 @@ class Container(containers.DeclarativeContainer):
     sessions: providers.Singleton[dict[str, aiohttp.ClientSession]] = providers.Singleton(dict)
     upstream_sessions = providers.Resource(_upstream_sessions, config, sessions)
     upstreams = providers.Singleton(_upstream_clients, config, sessions, tracing)
+    usage = providers.Singleton(lambda c: _usage_ledger(c), config)
+    consumer_concurrency = providers.Singleton(lambda c: _consumer_concurrency(c), config)
+    consumer_limits = providers.Singleton(_consumer_limits, config, usage, consumer_concurrency)
     service = providers.Singleton(
-        lambda c, router, upstreams, gate, clock, tracing: ChatService(
-            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing
+        lambda c, router, upstreams, gate, clock, tracing, consumers: ChatService(
+            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers
         ),
-        config, router, upstreams, gate, clock, tracing,
+        config, router, upstreams, gate, clock, tracing, consumer_limits,
     )
     metrics = providers.Singleton(PrometheusMetrics, gate)
     request_log = providers.Singleton(lambda c: JsonRequestLog(enabled=c.server.access_log), config)

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 
 from domain.canonical import ChatRequest, Usage
 from domain.consumers import ANONYMOUS, Consumer
+from domain.errors import RateLimited
 from domain.records import RequestRecord
 from domain.usage_estimate import UsageMeter, prompt_tokens, reservation_tokens
 from ports.consumers import ConsumerConcurrency, ConsumerSlot, Reservation, UsageLedger
@@ -61,7 +62,12 @@ class ConsumerLimits:
         if consumer is ANONYMOUS or consumer.limits.unlimited or self._usage is None:
             yield turn
             return
-        reservation = turn.reservation = await self._usage.reserve(consumer, reservation_tokens(request))
+        try:
+            reservation = turn.reservation = await self._usage.reserve(consumer, reservation_tokens(request))
+        except RateLimited as refused:
+            if record is not None:
+                record.rate, record.rate_limit = refused.snapshot, refused.limit.value
+            raise
         if record is not None:
             record.rate = reservation.snapshot
         slot: ConsumerSlot | None = None

@@ -35,3 +35,4 @@ class RequestRecord(Struct, kw_only=True):
     # The consumer's request and token limits after this request's reservation (response
     # headers); None when no limit applies.
     rate: RateSnapshot | None = None
+    rate_limit: str | None = None  # the limit a 429 was for (`requests_per_minute`, ...)

@@ -109,6 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="A,B",
         help="model ids served and listed (default: accept any, list 'stub')",
     )
+    parser.add_argument("--no-usage", action="store_true",
+                        help="never send usage in a stream, whatever stream_options.include_usage says "
+                        "(as llama.cpp's server does)")  # fmt: skip
     parser.add_argument("--chunk-delay", type=_non_negative, default=0.0, metavar="SECONDS",
                         help="delay between stream chunks (default 0)")  # fmt: skip
     parser.add_argument("--fault", choices=(*KINDS, RANDOM), default=None, metavar="KIND", help=FAULT_HELP)
@@ -123,7 +126,7 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         raise SystemExit("stub: --fault-rate needs --fault KIND")
     return StubConfig(hold=args.hold, tokens=args.tokens, reasoning=args.reasoning,
                       error_rate=args.error_rate, seed=args.seed, log_path=args.log,
-                      log_headers=args.log_headers,
+                      log_headers=args.log_headers, stream_usage=not args.no_usage,
                       models=models, chunk_delay=args.chunk_delay,
                       fault=args.fault, fault_rate=rate)  # fmt: skip
 

@@ -39,6 +39,7 @@ class StubConfig:
     log_headers: bool = False  # header names on each --log line (what a gateway forwarded)
     models: tuple[str, ...] = ()
     chunk_delay: float = 0.0
+    stream_usage: bool = True  # False: ignore include_usage, as llama.cpp's server does
     fault: str | None = None  # a kind of stub.faults.KINDS, or "random"
     fault_rate: float = 1.0
 
@@ -168,7 +169,7 @@ class Stub:
         cfg = self.config
         rid, call_id, created = self._ids()
         if req.stream:
-            usage = bool(req.stream_options and req.stream_options.include_usage)
+            usage = cfg.stream_usage and bool(req.stream_options and req.stream_options.include_usage)
             frames = stream_frames(answer, rid, created, req.model, call_id, usage)
             head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
             if not cfg.hold and not cfg.chunk_delay:
@@ -221,7 +222,7 @@ class Stub:
         hold = self.config.hold
         rid, call_id, created = self._ids()
         if req.stream:
-            usage = bool(req.stream_options and req.stream_options.include_usage)
+            usage = self.config.stream_usage and bool(req.stream_options and req.stream_options.include_usage)
             frames = stream_frames(answer, rid, created, req.model, call_id, usage)
             head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
             return self._later(proto, req, fault, stream_fault, proto, fault, head, frames, keep, hold)

@@ -70,6 +70,15 @@ class PrometheusMetrics:
             "gateway_tokens", "Tokens processed", ["upstream", "model", "direction"], registry=r)
         self._upstream_errors = Counter(
             "gateway_upstream_errors", "Failed requests by error kind", ["upstream", "kind"], registry=r)
+        self._consumer_requests = Counter(
+            "gateway_consumer_requests", "Finished requests per consumer (API keys on)",
+            ["consumer", "surface", "status"], registry=r)
+        self._consumer_tokens = Counter(
+            "gateway_consumer_tokens", "Tokens charged to a consumer (prompt | completion)",
+            ["consumer", "kind"], registry=r)
+        self._rate_limited = Counter(
+            "gateway_rate_limited", "Requests refused with 429, by the limit they were over",
+            ["consumer", "limit"], registry=r)
         # `labels()` hashes and validates its arguments on every call: the children are
         # looked up once per label tuple instead (the label values come from config and
         # status codes, so these maps stay small).
@@ -86,6 +95,8 @@ class PrometheusMetrics:
         if requests is None:
             requests = self._request_children[key] = self._requests.labels(key[0], key[1], str(key[2]))
         requests.inc()
+        if record.consumer is not None:
+            self._consumer_finished(record, record.consumer)
         upstream = record.upstream
         if upstream is None:
             return
@@ -111,6 +122,15 @@ class PrometheusMetrics:
                 tokens[1].inc(record.output_tokens)
         if record.error_kind is not None:
             self._upstream_errors.labels(upstream, record.error_kind).inc()
+
+    def _consumer_finished(self, record: RequestRecord, consumer: str) -> None:
+        self._consumer_requests.labels(consumer, record.surface, str(record.status)).inc()
+        if record.input_tokens:
+            self._consumer_tokens.labels(consumer, "prompt").inc(record.input_tokens)
+        if record.output_tokens:
+            self._consumer_tokens.labels(consumer, "completion").inc(record.output_tokens)
+        if record.rate_limit is not None:
+            self._rate_limited.labels(consumer, record.rate_limit).inc()
 
     def render(self) -> tuple[bytes, bytes]:
         return CONTENT_TYPE_LATEST.encode(), generate_latest(self.registry)

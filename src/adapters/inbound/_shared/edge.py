@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from litestar import Request
 from litestar.exceptions import InternalServerException
 from litestar.response import Stream
 
-from domain.consumers import ANONYMOUS_IDENTITY, Identity
+from domain.consumers import ANONYMOUS_IDENTITY, Identity, RateSnapshot
 from domain.errors import GatewayError, RequestTimeout
 from domain.records import RequestRecord
 from ports.telemetry import RequestObserver
@@ -225,17 +225,23 @@ class StreamBody:
 
 
 async def stream_response(
-    call: Call, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None
+    call: Call, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None,
+    rate_headers: Callable[[RateSnapshot], dict[str, str]] | None = None,
 ) -> Stream:
     """A `text/event-stream` response whose first frame is already there.
 
     Awaiting it here, before the response exists, lets a refusal (full queue, unknown
-    model, upstream down) still answer with its own status; `frames` raises it.
+    model, upstream down, a consumer over its limit) still answer with its own status;
+    `frames` raises it. The consumer's rate-limit state is known only then (the
+    reservation is made on the way to the first frame): `rate_headers` renders it.
     """
     first = await frames.__anext__()
     call.stop_watching()  # from here Litestar watches for the hang-up
     body = call.body = StreamBody(first, frames)
     all_headers = _SSE_HEADERS if headers is None else {**_SSE_HEADERS, **headers}
+    rate = call.record.rate
+    if rate is not None and rate_headers is not None:
+        all_headers = {**all_headers, **rate_headers(rate)}
     return Stream(body, media_type="text/event-stream", headers=all_headers)
 
 

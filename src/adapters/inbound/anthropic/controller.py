@@ -29,6 +29,7 @@ from adapters.inbound.anthropic.mapping import (
     encode_models,
     encode_token_count,
 )
+from adapters.inbound.anthropic.rate_headers import rate_limit_header_map
 from adapters.inbound.anthropic.stream import KEEP_ALIVE, PING, AnthropicStream, queue_comment, queue_frame
 from domain.canonical import QueuePosition, StreamError
 from domain.errors import GatewayError, InvalidRequest, NotSupported
@@ -68,11 +69,13 @@ def router(context: EdgeContext) -> Router:
         news = queue_frame if _queue_events(request, queue_events) else queue_comment
         call.watch()
         if chat.stream:
-            items = service.stream(chat, report_queue=True, record=record)
+            items = service.stream(chat, report_queue=True, record=record, consumer=call.identity.consumer)
             frames = _frames(request, call, items, AnthropicStream(chat.model), ping, news)
-            return await stream_response(call, frames, headers)
-        response = await service.complete(chat, record)
+            return await stream_response(call, frames, headers, rate_limit_header_map)
+        response = await service.complete(chat, record, call.identity.consumer)
         call.stop_watching()
+        if record.rate is not None:
+            headers.update(rate_limit_header_map(record.rate))
         record.input_tokens = response.usage.input_tokens
         record.output_tokens = response.usage.output_tokens
         record.finish_reason = response.finish_reason

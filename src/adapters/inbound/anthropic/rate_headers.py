@@ -32,3 +32,8 @@ def rate_limit_headers(snapshot: RateSnapshot | None) -> Headers:
         _limit(snapshot.requests, b"requests", now, out)
         _limit(snapshot.tokens, b"tokens", now, out)
     return out
+
+
+def rate_limit_header_map(snapshot: RateSnapshot) -> dict[str, str]:
+    """The same headers for a Litestar `Response` (a successful answer)."""
+    return {name.decode(): value.decode() for name, value in rate_limit_headers(snapshot)}

@@ -21,6 +21,7 @@ from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, re
 from adapters.inbound.openai import schema as wire
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request, encode_models, response_body
+from adapters.inbound.openai.rate_headers import rate_limit_header_map
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
 from domain.canonical import ChatResponse, StreamChunk, StreamError
 from domain.errors import GatewayError
@@ -51,10 +52,12 @@ def router(context: EdgeContext) -> Router:
         call.record.stream = chat.stream
         call.watch()
         if chat.stream:
-            batches = service.stream(chat, record=call.record)  # fills model, upstream, queue wait
+            consumer = call.identity.consumer
+            batches = service.stream(chat, record=call.record, consumer=consumer)  # fills model, upstream, ...
             writer = ChunkWriter(decoded.include_usage, chat.model, call.request_id)
-            return await stream_response(call, _frames(request, call, batches, writer))
-        return _complete(call, await service.complete(chat, call.record), chat.model)
+            frames = _frames(request, call, batches, writer)
+            return await stream_response(call, frames, rate_headers=rate_limit_header_map)
+        return _complete(call, await service.complete(chat, call.record, call.identity.consumer), chat.model)
 
     @get(
         "/models", summary="OpenAI model list", operation_id="OpenAI_model_list",
@@ -72,7 +75,8 @@ def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]
     record.input_tokens = response.usage.input_tokens
     record.output_tokens = response.usage.output_tokens
     record.finish_reason = response.finish_reason
-    return Response(response_body(response, model, NATIVE_FORMAT), media_type=JSON)
+    headers = rate_limit_header_map(record.rate) if record.rate is not None else None
+    return Response(response_body(response, model, NATIVE_FORMAT), media_type=JSON, headers=headers)
 
 
 async def _frames(
