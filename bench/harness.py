@@ -42,7 +42,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick")
     mode.add_argument("--smoke", action="store_const", dest="mode", const="smoke",
                       help="CI form: loadgen driver, direct + ours (+ nginx/LiteLLM if installed)")
-    p.add_argument("--targets", default="direct,nginx,ceiling,ours,litellm",
+    p.add_argument("--targets", default="direct,nginx,ceiling,ours,keyed,litellm",
                    help="comma list (ceiling: bench/ceiling.py, one Litestar handler relaying via aiohttp)")
     p.add_argument("--concurrency", help="comma list, default 1,16,64")
     p.add_argument("--scenarios", default="v1,v1-stream,llm-stream,paced",
@@ -88,7 +88,7 @@ def start_targets(args: argparse.Namespace, procs: t.Procs, load: set[int] | Non
     missing: dict[str, str] = {}
     wanted = args.targets.split(",")
     starters = {"nginx": peers.start_nginx, "ceiling": peers.start_ceiling, "ours": t.start_gateway,
-                "litellm": peers.start_litellm}
+                "keyed": t.start_keyed_gateway, "litellm": peers.start_litellm}
     for name in report.TARGET_ORDER:
         if name not in wanted:
             continue

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-TARGET_ORDER = ["direct", "nginx", "ceiling", "ours", "litellm"]
+TARGET_ORDER = ["direct", "nginx", "ceiling", "ours", "keyed", "litellm"]
 # Targets with no Messages API: their /v1 stream stands in /llm comparisons.
 NO_MESSAGES = ("direct", "nginx", "ceiling")
 Cell = dict[str, Any]
@@ -111,6 +111,9 @@ def checks(cells: dict[str, Cell], rss: dict[str, float | None], runtime_venv: b
     targets.add("/v1 non-stream c64 ours/LiteLLM", v1["litellm"], ">=", 20)
     targets.add("/v1 stream c64 ours/LiteLLM", v1s["litellm"], ">=", 40)
     targets.add("/llm stream c64 ours/LiteLLM /v1/messages", llm["litellm"], ">=", 40)
+    for scenario, label in (("v1", "/v1 non-stream"), ("v1-stream", "/v1 stream"), ("llm-stream", "/llm stream")):
+        keyed = _ratio(cells.get(f"{scenario}|64|keyed"), cells.get(f"{scenario}|64|ours"))
+        targets.add(f"{label} c64 keyed/ours (API key + limits, issue 15)", keyed, ">=", 0.9)
     ours1, direct1 = cells.get("v1|1|ours"), cells.get("v1|1|direct")
     added = None
     if ours1 and direct1 and ours1.get("p50_ms") is not None and direct1.get("p50_ms") is not None:

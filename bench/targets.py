@@ -258,3 +258,25 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str 
     proc, log = procs.spawn(name, argv, cpus)
     wait_ready(f"http://127.0.0.1:{port}/healthz", proc, log, 30)
     return Target("ours", f"http://127.0.0.1:{port}", proc, log, messages_path="/llm/v1/messages")
+
+
+def start_keyed_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
+    """`ours` with API keys required and a consumer with request and token limits far above
+    the load: every request is authenticated, reserves and settles (issue 15's added cost)."""
+    key = "gw_0be5c4ed_" + "k" * 43  # a fixed, well-formed key: bench only
+    keys = procs.workdir / "keys.toml"
+    digest = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+    keys.write_text(f'[consumers.bench]\nkeys = ["{digest}"]\nrequests_per_minute = 1000000000\n'
+                    "tokens_per_minute = 1000000000000\n")
+    port = free_port()
+    config = procs.workdir / "keyed.toml"
+    config.write_text(
+        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n\n'
+        f'[auth]\nmode = "required"\nkeys_file = "{keys}"\n\n'
+        f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n'
+    )
+    argv = [gateway_python(), "-m", "bootstrap", "serve", "--config", str(config)]
+    proc, log = procs.spawn("keyed", argv, cpus)
+    wait_ready(f"http://127.0.0.1:{port}/healthz", proc, log, 30)
+    return Target("keyed", f"http://127.0.0.1:{port}", proc, log, headers={"authorization": f"Bearer {key}"},
+                  messages_path="/llm/v1/messages")
