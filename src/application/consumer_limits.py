@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 
 from domain.canonical import ChatRequest, Usage
 from domain.consumers import ANONYMOUS, Consumer
-from domain.errors import RateLimited
+from domain.errors import RateLimited, UpstreamUnavailable
 from domain.records import RequestRecord
 from domain.usage_estimate import UsageMeter, prompt_tokens, reservation_tokens
 from ports.consumers import ConsumerConcurrency, ConsumerSlot, Reservation, UsageLedger
@@ -76,6 +76,9 @@ class ConsumerLimits:
                 wait = self._waits.get(upstream, DEFAULT_WAIT_SECONDS)
                 slot = await self._concurrency.acquire(consumer, wait)
             yield turn
+        except UpstreamUnavailable:
+            turn.reached_upstream = False  # refused or unreachable: the prompt never got there
+            raise
         finally:
             try:
                 if slot is not None:

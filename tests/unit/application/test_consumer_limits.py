@@ -19,7 +19,7 @@ from application.consumer_limits import ConsumerLimits
 from domain.canonical import ChatRequest, Finish, Message, StreamChunk, TextDelta, TextPart, UsageReport
 from domain.consumers import ANONYMOUS, Consumer, LimitKind, RateSnapshot, RateState
 from domain.consumers import ConsumerLimits as Limits
-from domain.errors import QueueFull, RateLimited, UpstreamError
+from domain.errors import QueueFull, RateLimited, UpstreamError, UpstreamUnavailable
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
 
@@ -154,4 +154,8 @@ async def test_refused_by_the_gate_or_failed_upstream_settles_nothing_or_the_pro
         await service(FakeGate(free=1), FakeUpstream(fail=UpstreamError("boom")), usage, slots).complete(
             chat(), consumer=LIMITED)
     assert usage.reservations[1].settled == [14]  # the prompt was sent
+    with pytest.raises(UpstreamUnavailable):
+        await service(FakeGate(free=1), FakeUpstream(fail=UpstreamUnavailable("down")), usage, slots).complete(
+            chat(), consumer=LIMITED)
+    assert usage.reservations[2].settled == [0]  # never reached: nothing charged
     assert slots.held == 0
