@@ -47,6 +47,7 @@ class FakeService:
     def __init__(self, script: list[Any] | None = None) -> None:
         self.script = script or []
         self.requests: list[ChatRequest] = []
+        self.consumers: list[object] = []  # what the edge passed: the anonymous consumer with auth off
         self.closed = asyncio.Event()
         self.count: int | Exception = 5
 
@@ -58,8 +59,9 @@ class FakeService:
             raise ModelNotFound(model)
         return "up"
 
-    async def complete(self, request: ChatRequest, record: object = None) -> ChatResponse:
+    async def complete(self, request: ChatRequest, record: object = None, consumer: object = None) -> ChatResponse:
         self.requests.append(request)
+        self.consumers.append(consumer)
         return ChatResponse(
             id="chatcmpl-9",
             model="x",
@@ -70,10 +72,11 @@ class FakeService:
         )
 
     async def stream(
-        self, request: ChatRequest, *, report_queue: bool = False, record: object = None
+        self, request: ChatRequest, *, report_queue: bool = False, record: object = None, consumer: object = None
     ) -> AsyncIterator[Any]:
         assert report_queue
         self.requests.append(request)
+        self.consumers.append(consumer)
         try:
             for item in self.script:
                 if isinstance(item, float):

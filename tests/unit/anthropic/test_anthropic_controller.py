@@ -14,12 +14,15 @@ from tests.support.anthropic_grammar import check_anthropic_stream
 from tests.unit.anthropic.asgi_fakes import ANSWER, BODY, FakeService, call, chunk, frames
 
 from domain.canonical import QueuePosition, StreamError
+from domain.consumers import ANONYMOUS
 from domain.errors import NotSupported, QueueFull, QueueTimeout, UpstreamError
 
 
 async def test_non_streaming_message() -> None:
-    result, observer = await call(FakeService(), "/llm/v1/messages", BODY)
+    service = FakeService()
+    result, observer = await call(service, "/llm/v1/messages", BODY)
     assert result.status == 200
+    assert service.consumers == [ANONYMOUS]  # auth off: every request is the anonymous consumer
     assert result.headers[b"content-type"] == b"application/json"
     assert result.headers[b"request-id"] == b"req-42"
     body = result.json()
