@@ -58,7 +58,7 @@ class FakeService:
             raise ModelNotFound(model)
         return "up"
 
-    async def complete(self, request: ChatRequest, record: object = None) -> ChatResponse:
+    async def complete(self, request: ChatRequest, record: object = None, consumer: object = None) -> ChatResponse:
         self.requests.append(request)
         return ChatResponse(
             id="chatcmpl-9",
@@ -70,7 +70,7 @@ class FakeService:
         )
 
     async def stream(
-        self, request: ChatRequest, *, report_queue: bool = False, record: object = None
+        self, request: ChatRequest, *, report_queue: bool = False, record: object = None, consumer: object = None
     ) -> AsyncIterator[Any]:
         assert report_queue
         self.requests.append(request)
