@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.contract.admission.e2e_support import admission, parse_frames, scrape, until
+from tests.support.metrics import gauge, samples
 from tests.support.processes import Proc, Processes, upstream_toml
 
 from adapters.outbound.keys_file import new_key
@@ -91,7 +92,15 @@ async def test_a_backlog_does_not_starve_others_under_fair(procs: Processes, tmp
 
             await until(arrived, f"{name} reached the gate", timeout=10)  # arrival order is the plan's
             seen_at[name] = len(_dispatched(log))
+        page = samples((await c.get(gw.url + "/metrics")).text)  # C in, A and B waiting
         bodies = dict(zip(tasks, await asyncio.gather(*tasks.values()), strict=True))
+        waits = samples((await c.get(gw.url + "/metrics")).text)
+    total = gauge(page, "gateway_upstream_queue_depth", "reasoning")
+    bands = {labels["priority"]: v for name, labels, v in page if name == "gateway_upstream_queue_depth_by_priority"}
+    assert total is not None and total > 0 and sum(bands.values()) == total and bands["0"] > 0
+    counted = {labels["consumer"]: v for name, labels, v in waits
+               if name == "gateway_queue_wait_seconds_count" and labels["upstream"] == "reasoning"}
+    assert counted == {"A": 30, "B": 5, "C": 1}  # the queue wait histogram, per consumer
     order = _dispatched(log)
     assert sorted(order) == sorted(tasks) and len(order) == 36
     for who in "AB":  # arrival order within each consumer, across /v1 and /llm
