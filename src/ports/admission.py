@@ -18,7 +18,7 @@ class GateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     limit: int | None  # None: the upstream is not capped
     queue_limit: int | None
     # Waiting requests per consumer priority (only priorities with some; sums to `queued`);
-    # None from a gate that does not count them.
+    # None while nobody waits, or from a gate that does not count them.
     queued_by_priority: dict[int, int] | None = None
 
 

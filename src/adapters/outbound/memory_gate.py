@@ -218,7 +218,7 @@ class InMemoryAdmissionGate:
             queued=ledger.queued,
             limit=policy.max_in_flight,
             queue_limit=policy.queue_depth,
-            queued_by_priority=ledger.queued_by_priority(),
+            queued_by_priority=ledger.queued_by_priority() if ledger.queued else None,
         )
 
     def upstreams(self) -> list[str]:
