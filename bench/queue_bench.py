@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/queue_bench.py [--waiters 10000] [--cap 64] [--hold 0.02]
                                           [--intervals 0.25 0.5 1.0]
+                                          [--ops-only] [--ops-sizes 1000 10000 100000]
 
 A script, not a test (issue 5). It drives the application layer in-process, the way the
 `/llm` controller does: `ChatService.stream(..., report_queue=True)` over the real
@@ -27,6 +28,12 @@ about n / interval wake-ups per second whether or not positions change (a few us
 With 10,000 waiters and a 0.1 s interval that is 100,000 wake-ups per second, enough to
 make one core the bottleneck and slow the drain itself (try `--intervals 0.1`); the
 default interval is 1 s.
+
+Ledger operations (issue 16, printed first; `--ops-only` prints only them): the slot
+ledger alone, `fifo` and `fair`, with n requests queued from 100 consumers of mixed
+weights (1..4) and two priorities, for n in `--ops-sizes`: microseconds per enqueue,
+position read, cancel (from the middle) and dispatch. O(log n) shows as a per-operation
+cost that barely moves while n grows 100-fold. Every loop is bounded by n.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ from domain.canonical import (
     Usage,
     UsageReport,
 )
+from domain.consumers import Consumer
 from domain.routing import ModelRouter
 
 MODEL = "reasoning"
@@ -183,13 +191,57 @@ def naive_frame_cost(waiters: int, samples: int = 200_000) -> float:
     return (time.process_time() - started) / len(probe)
 
 
+def ledger_ops(n: int, fairness: str, consumers: int = 100) -> dict[str, float]:
+    """Microseconds per operation with `n` queued requests from `consumers` consumers."""
+    policy = AdmissionPolicy(max_in_flight=1, queue_depth=n, queue_timeout_seconds=3600.0, fairness=fairness)
+    ledger = SlotLedger(policy)
+    who = [Consumer(name=f"c{i}", weight=1 + i % 4, priority=10 if i % 10 == 0 else 0) for i in range(consumers)]
+    holder = ledger.arrive(0.0).ticket
+    started = time.perf_counter()
+    tickets = [ledger.arrive(0.0, who[i % consumers]).ticket for i in range(n)]
+    enqueue = time.perf_counter() - started
+    probe = tickets[:: max(1, n // 1000)]
+    started = time.perf_counter()
+    for ticket in probe:
+        ledger.position(ticket)
+    position = time.perf_counter() - started
+    doomed = tickets[n // 4 : 3 * n // 4 : 4]  # from the middle of the queue
+    started = time.perf_counter()
+    for ticket in doomed:
+        ledger.cancel(ticket)
+    cancel = time.perf_counter() - started
+    dispatched = 0
+    started = time.perf_counter()
+    while ledger.queued:  # one slot: each release admits exactly the next request
+        (holder,) = ledger.release(holder, 0.0)
+        dispatched += 1
+    dispatch = time.perf_counter() - started
+    us = 1e6
+    return {"enqueue": enqueue / n * us, "position": position / len(probe) * us,
+            "cancel": cancel / max(1, len(doomed)) * us, "dispatch": dispatch / max(1, dispatched) * us}
+
+
+def print_ledger_ops(sizes: list[int]) -> None:
+    print(f"{'order':>6} {'queued':>8} {'enqueue us':>10} {'position us':>11} {'cancel us':>9} {'dispatch us':>11}")
+    for fairness in ("fifo", "fair"):
+        for n in sizes:
+            ops = ledger_ops(n, fairness)
+            print(f"{fairness:>6} {n:>8,} {ops['enqueue']:>10.2f} {ops['position']:>11.2f} "
+                  f"{ops['cancel']:>9.2f} {ops['dispatch']:>11.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--waiters", type=int, default=10_000)
     parser.add_argument("--cap", type=int, default=64)
     parser.add_argument("--hold", type=float, default=0.02, help="upstream seconds per request")
     parser.add_argument("--intervals", type=float, nargs="+", default=[0.25, 0.5, 1.0])
+    parser.add_argument("--ops-only", action="store_true", help="only the ledger operation costs")
+    parser.add_argument("--ops-sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     args = parser.parse_args()
+    print_ledger_ops(args.ops_sizes)
+    if args.ops_only:
+        return 0
     n, cap = args.waiters, args.cap
     print(f"python {sys.version.split()[0]}; {n:,} queued streaming clients behind {cap} busy slots; "
           f"upstream hold {args.hold * 1000:.0f} ms -> drains in ~{n / cap * args.hold:.1f} s")

@@ -64,6 +64,8 @@ def _policies(config: Config) -> dict[str, AdmissionPolicy | None]:
             max_in_flight=table.max_in_flight,
             queue_depth=table.queue_depth,
             queue_timeout_seconds=table.queue_timeout_seconds,
+            fairness=table.fairness,
+            max_queued_per_consumer=table.max_queued_per_consumer,
         )
     return policies
 

@@ -55,12 +55,16 @@ class ServerConfig(Section):
 
 
 class AdmissionTable(Section):
-    """Per-upstream limits. Every key is required."""
+    """Per-upstream limits (every one required) and the queue's order (defaults: today's)."""
 
     sequence_slots: PositiveInt
     max_in_flight: PositiveInt
     queue_depth: NonNegativeInt
     queue_timeout_seconds: PositiveFloat
+    # "fifo": one arrival-order queue; "fair": priority first, then weighted fairness between
+    # consumers, arrival order within one (docs/operations.md).
+    fairness: Literal["fifo", "fair"] = "fifo"
+    max_queued_per_consumer: PositiveInt | None = None  # one consumer's share of the queue
 
 
 class UpstreamConfig(Section):

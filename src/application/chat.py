@@ -91,7 +91,7 @@ class ChatService:
     ) -> ChatResponse:
         upstream, request = self._route(request, record)
         async with self._consumers.turn(consumer, request, upstream, record) as turn:
-            lease = await self._admit_quietly(upstream, record)
+            lease = await self._admit_quietly(upstream, record, consumer)
             turn.reached_upstream = True
             try:
                 response = await _unless_lost(self._upstreams[upstream].complete(request), lease.lost)
@@ -118,16 +118,17 @@ class ChatService:
         upstream, request = self._route(request, record)
         async with (
             self._consumers.turn(consumer, request, upstream, record) as turn,
-            aclosing(self._admitted_stream(upstream, request, report_queue, record, turn)) as items,
+            aclosing(self._admitted_stream(upstream, request, report_queue, record, turn, consumer)) as items,
         ):  # aclosing: a client hang-up closes the inner stream (its ticket, lease, upstream) at once
             async for item in items:
                 yield item
 
     async def _admitted_stream(
-        self, upstream: str, request: ChatRequest, report_queue: bool, record: RequestRecord | None, turn: Turn
+        self, upstream: str, request: ChatRequest, report_queue: bool, record: RequestRecord | None, turn: Turn,
+        consumer: Consumer,
     ) -> AsyncGenerator[QueuePosition | ChunkBatch, None]:
         span, started = self._tracer.start("gateway.admission"), self._clock.now()
-        entry = await self._enter(upstream, span)
+        entry = await self._enter(upstream, span, consumer)
         if entry.queued:
             ticket: QueueTicket = entry  # type: ignore[assignment]
             span.set("gateway.queue.position_on_arrival", ticket.position())
@@ -184,10 +185,10 @@ class ChatService:
             request = msgspec.structs.replace(request, model=model)
         return upstream, request
 
-    async def _enter(self, upstream: str, span: Span) -> SlotLease | QueueTicket:
+    async def _enter(self, upstream: str, span: Span, consumer: Consumer) -> SlotLease | QueueTicket:
         span.set("gateway.upstream", upstream)
         try:
-            return await self._gate.enter(upstream)
+            return await self._gate.enter(upstream, consumer)
         except GatewayError as error:
             span.set("gateway.admission.outcome", error.kind)
             span.end(error.kind)
@@ -207,9 +208,9 @@ class ChatService:
         span.set("gateway.queue.wait_seconds", waited)
         span.end(None if error is None or outcome == "abandoned" else outcome)
 
-    async def _admit_quietly(self, upstream: str, record: RequestRecord | None) -> SlotLease:
+    async def _admit_quietly(self, upstream: str, record: RequestRecord | None, consumer: Consumer) -> SlotLease:
         span, started = self._tracer.start("gateway.admission"), self._clock.now()
-        entry = await self._enter(upstream, span)
+        entry = await self._enter(upstream, span, consumer)
         if not entry.queued:
             self._admitted(span, started, record, None, "admitted")
             return entry  # type: ignore[return-value]

@@ -5,16 +5,27 @@ from __future__ import annotations
 import enum
 import math
 from collections import OrderedDict
+from typing import TypeVar
 
 import msgspec
 
+from domain.consumers import ANONYMOUS, Consumer
+from domain.fair_queue import FairOrder
+
+K = TypeVar("K")
+FIFO, FAIR = "fifo", "fair"
+FAIRNESS = (FIFO, FAIR)
 
 class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    """Cap, queue depth and queue wait of one upstream; no defaults on purpose."""
+    """Cap, queue depth and queue wait of one upstream (no defaults on purpose), and the
+    queue's order: `fifo` (arrival order) or `fair` (domain.fair_queue); optionally the
+    most requests one consumer may have waiting (None: up to `queue_depth`)."""
 
     max_in_flight: int
     queue_depth: int
     queue_timeout_seconds: float
+    fairness: str = FIFO
+    max_queued_per_consumer: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -28,6 +39,11 @@ class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
         t = self.queue_timeout_seconds
         if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t < math.inf:
             raise ValueError(f"queue_timeout_seconds must be a number > 0, got {t!r}")
+        if self.fairness not in FAIRNESS:
+            raise ValueError(f"fairness must be one of {', '.join(FAIRNESS)}, got {self.fairness!r}")
+        m = self.max_queued_per_consumer
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
+            raise ValueError(f"max_queued_per_consumer must be an integer >= 1, got {m!r}")
         return self
 
 
@@ -51,13 +67,21 @@ class Cancel(enum.Enum):
     ENDED = "ended"  # already ended (released, expired, withdrawn, drained, rejected)
 
 
+def _decrement(counts: dict[K, int], key: K) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
 DEFAULT_RETRY_AFTER = 1  # seconds, until a service time has been observed
 MAX_RETRY_AFTER = 10  # keep Retry-After small: clients ignore or cap long ones
 EWMA_ALPHA = 0.2  # weight of the newest service time
 
 
 class SlotLedger:
-    """State machine of ONE upstream's slots and FIFO queue, over integer tickets.
+    """State machine of ONE upstream's slots and queue, over integer tickets.
 
     Every `arrive` issues a new ticket id (1, 2, 3, ...; ids are arrival order). A ticket
     ends exactly once: released after admission, withdrawn by `cancel`, expired (reported
@@ -74,7 +98,11 @@ class SlotLedger:
       id and a capacity of at least twice the live span, so at least w/2 arrivals pay for
       each rebuild (amortised O(1)); ids admitted at once never touch the tree;
     - tickets found past their deadline by `arrive` or `release` leave the queue at once
-      (they are never admitted) and are reported by the next `expire`.
+      (they are never admitted) and are reported by the next `expire`;
+    - under `fairness = "fair"` the dispatch order and positions come from a `FairOrder`
+      (a sorted list of keys: O(log n) each) instead of the front of the OrderedDict and
+      the Fenwick tree; the OrderedDict still holds deadlines, which stay in arrival
+      order, so expiry is unchanged. `fifo` never touches it: today's behaviour exactly.
 
     Retry-After, in whole seconds: ceil(S * (ahead + 1) / max_in_flight) clamped to
     [1, MAX_RETRY_AFTER], where S is an EWMA (alpha EWMA_ALPHA) of observed service times
@@ -85,12 +113,16 @@ class SlotLedger:
     __slots__ = (
         "_admitted",
         "_base",
+        "_by_consumer",
+        "_by_priority",
+        "_fair",
         "_lapsed",
         "_min_capacity",
         "_next",
         "_queue",
         "_service",
         "_tree",
+        "_who",
         "abandoned",
         "admitted",
         "closed",
@@ -113,6 +145,10 @@ class SlotLedger:
         self._base = 1
         self._tree = [0] * (self._min_capacity + 1)  # 1-based Fenwick tree
         self._service: float | None = None
+        self._fair = FairOrder() if policy.fairness == FAIR else None
+        self._who: dict[int, tuple[str, int]] = {}  # queued ticket -> (consumer, priority)
+        self._by_consumer: dict[str, int] = {}  # consumer -> its queued tickets
+        self._by_priority: dict[int, int] = {}  # priority -> queued tickets
         # cumulative outcomes, for metrics
         self.admitted = self.queued_total = self.rejected_full = self.rejected_draining = 0
         self.timed_out = self.abandoned = self.drained = 0
@@ -132,7 +168,14 @@ class SlotLedger:
     def is_queued(self, ticket: int) -> bool:
         return ticket in self._queue
 
-    def arrive(self, now: float) -> Decision:
+    def queued_by_priority(self) -> dict[int, int]:
+        """Queued tickets per consumer priority (only priorities with some)."""
+        return dict(self._by_priority)
+
+    def queued_of(self, consumer: str) -> int:
+        return self._by_consumer.get(consumer, 0)
+
+    def arrive(self, now: float, consumer: Consumer = ANONYMOUS) -> Decision:
         ticket = self._next
         self._next = ticket + 1
         if self.closed:
@@ -144,17 +187,25 @@ class SlotLedger:
             self.admitted += 1
             return Decision(Outcome.ADMITTED, ticket)
         self._lapse(now)
-        if len(self._queue) >= policy.queue_depth:
+        name, share = consumer.name, policy.max_queued_per_consumer
+        if len(self._queue) >= policy.queue_depth or (share is not None and self.queued_of(name) >= share):
             self.rejected_full += 1
             return Decision(Outcome.REJECTED, ticket, retry_after=self.retry_after())
         deadline = now + policy.queue_timeout_seconds
         self._queue[ticket] = deadline
         self.queued_total += 1
-        self._mark(ticket, 1)
+        priority = consumer.priority
+        self._who[ticket] = (name, priority)
+        self._by_consumer[name] = self._by_consumer.get(name, 0) + 1
+        self._by_priority[priority] = self._by_priority.get(priority, 0) + 1
+        if self._fair is None:
+            self._mark(ticket, 1)
+        else:
+            self._fair.push(ticket, name, priority, consumer.weight)
         return Decision(Outcome.QUEUED, ticket, deadline)
 
     def release(self, ticket: int, now: float) -> list[int]:
-        """Free `ticket`'s slot; return the tickets admitted in its place, in FIFO order.
+        """Free `ticket`'s slot; return the tickets admitted in its place, in dispatch order.
 
         Raises KeyError if `ticket` holds no slot (a double release is a caller bug).
         """
@@ -166,10 +217,15 @@ class SlotLedger:
             return []
         self._lapse(now)
         promoted: list[int] = []
-        queue, admitted, cap = self._queue, self._admitted, self.policy.max_in_flight
+        queue, admitted, cap, fair = self._queue, self._admitted, self.policy.max_in_flight, self._fair
         while queue and len(admitted) < cap:
-            head, _ = queue.popitem(last=False)
-            self._mark(head, -1)
+            if fair is None:
+                head, _ = queue.popitem(last=False)
+                self._mark(head, -1)
+            else:
+                head = fair.pop()
+                del queue[head]
+            self._forget(head)
             admitted[head] = now
             promoted.append(head)
         self.admitted += len(promoted)
@@ -178,7 +234,7 @@ class SlotLedger:
     def cancel(self, ticket: int) -> Cancel:
         """The requester hung up: withdraw a queued ticket, or say it holds a slot."""
         if self._queue.pop(ticket, None) is not None:
-            self._mark(ticket, -1)
+            self._unqueue(ticket)
             self.abandoned += 1
             return Cancel.WITHDRAWN
         return Cancel.HOLDS_SLOT if ticket in self._admitted else Cancel.ENDED
@@ -198,6 +254,8 @@ class SlotLedger:
         """1-based place among queued tickets (1 = admitted next); 0 when not queued."""
         if ticket not in self._queue:
             return 0
+        if self._fair is not None:
+            return self._fair.rank(ticket)
         i, tree, n = ticket - self._base + 1, self._tree, 0
         while i > 0:
             n += tree[i]
@@ -212,6 +270,11 @@ class SlotLedger:
         self.closed = True
         out = list(self._queue)
         self._queue.clear()
+        self._who.clear()
+        self._by_consumer.clear()
+        self._by_priority.clear()
+        if self._fair is not None:
+            self._fair.clear()
         self.drained += len(out)
         self._tree = [0] * (self._min_capacity + 1)
         self._base = self._next
@@ -246,9 +309,22 @@ class SlotLedger:
             if queue[head] > now:
                 return
             del queue[head]
-            self._mark(head, -1)
+            self._unqueue(head)
             self._lapsed.append(head)
             self.timed_out += 1
+
+    def _unqueue(self, ticket: int) -> None:
+        """Take a ticket that left `_queue` out of the order and the counts."""
+        if self._fair is None:
+            self._mark(ticket, -1)
+        else:
+            self._fair.remove(ticket)
+        self._forget(ticket)
+
+    def _forget(self, ticket: int) -> None:
+        name, priority = self._who.pop(ticket)
+        _decrement(self._by_consumer, name)
+        _decrement(self._by_priority, priority)
 
     def _mark(self, ticket: int, delta: int) -> None:
         tree = self._tree

@@ -46,6 +46,10 @@ class ConsumerLimits(msgspec.Struct, frozen=True, kw_only=True):
 class Consumer(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     limits: ConsumerLimits = ConsumerLimits()
+    # Queue order under `fairness = "fair"` (domain.fair_queue): a higher priority is admitted
+    # first; within one priority, a weight-3 consumer gets 3 slots for each of a weight-1 one.
+    priority: int = 0
+    weight: int = 1  # >= 1
 
 
 ANONYMOUS = Consumer(name="anonymous")

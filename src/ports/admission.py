@@ -7,6 +7,8 @@ from typing import Protocol
 
 import msgspec
 
+from domain.consumers import ANONYMOUS, Consumer
+
 
 class GateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """The state of one upstream's gate now (for metrics and health)."""
@@ -15,6 +17,9 @@ class GateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     queued: int
     limit: int | None  # None: the upstream is not capped
     queue_limit: int | None
+    # Waiting requests per consumer priority (only priorities with some; sums to `queued`);
+    # None while nobody waits, or from a gate that does not count them.
+    queued_by_priority: dict[int, int] | None = None
 
 
 class SlotLease(Protocol):
@@ -29,7 +34,8 @@ class SlotLease(Protocol):
 
 
 class QueueTicket(Protocol):
-    """A request waiting in an upstream's FIFO queue."""
+    """A request waiting in an upstream's queue (arrival order, or fair order: see
+    `domain.fair_queue`; under `fair` a position can go up when a newcomer is placed ahead)."""
 
     queued: bool  # always True
 
@@ -55,12 +61,14 @@ class QueueTicket(Protocol):
 class AdmissionGate(Protocol):
     """One gate per upstream key, shared by every surface.
 
-    Nothing about the request but its upstream key reaches the gate: admission cannot
-    depend on the dialect a request arrived through.
+    Nothing about the request but its upstream key and its consumer reaches the gate:
+    admission cannot depend on the dialect a request arrived through.
     """
 
-    async def enter(self, upstream: str) -> SlotLease | QueueTicket:
-        """Take a slot now, or a place in the queue.
+    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS) -> SlotLease | QueueTicket:
+        """Take a slot now, or a place in the queue (placed by `consumer`'s priority and
+        weight under `fairness = "fair"`; `QueueFull` also when the consumer already has
+        `max_queued_per_consumer` waiting).
 
         Raises `QueueFull` when the queue is full, `Draining` while shutting down and
         `AdmissionUnavailable` when the shared backend cannot be reached. An uncapped

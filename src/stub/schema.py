@@ -92,6 +92,17 @@ def message_texts(messages: list[Message]) -> list[str]:
     return out
 
 
+USER_PREFIX = 32  # characters of the last user message on a --log line
+
+
+def last_user_text(messages: list[Message]) -> str:
+    """The text of the last user message ("" when there is none)."""
+    for message in reversed(messages):
+        if message.role == "user":
+            return " ".join(message_texts([message]))
+    return ""
+
+
 def token_ids(texts: list[str]) -> list[int]:
     """Deterministic whitespace tokenisation: one id (crc32 mod 100000) per word."""
     return [zlib.crc32(word.encode()) % 100000 for text in texts for word in text.split()]

@@ -23,7 +23,7 @@ import msgspec
 from stub.answers import Answer, build_answer, completion_body, stream_frames
 from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
 from stub.faults import HTTP_FAULTS, FaultPicker, answer_fault, http_fault, stream_fault
-from stub.schema import CHAT_DECODER, ChatRequest, encode, error_body, tokenize_body
+from stub.schema import CHAT_DECODER, USER_PREFIX, ChatRequest, encode, error_body, last_user_text, tokenize_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +93,8 @@ class Stub:
 
         ``roles=[...]`` lists the request's message roles in order (a JSON array without
         spaces, like ``model``), so a test can see where system messages arrived; with
+        ``user="..."`` is the start of the last user message's text (a JSON string, at most
+        USER_PREFIX characters), so a test can tell whose request it was; with
         ``--log-headers``, ``headers=a,b`` names the headers received (names only: a test
         proves no credential was forwarded without the stub ever writing one down).
         """
@@ -104,7 +106,8 @@ class Stub:
                 f"{time.time():.3f} chat start in_flight={self.in_flight} "
                 f"max_concurrent={self.max_concurrent} model={encode(req.model).decode()} "
                 f"stream={'true' if req.stream else 'false'} "
-                f"roles={encode([m.role for m in req.messages]).decode()}"
+                f"roles={encode([m.role for m in req.messages]).decode()} "
+                f"user={encode(last_user_text(req.messages)[:USER_PREFIX]).decode()}"
                 + (f" traceparent={proto.traceparent.decode('latin-1')}" if proto.traceparent else "")
                 + (f" headers={proto.header_names.decode('latin-1')}" if self.log_headers else "")
                 + (f" fault={fault}" if fault else "")

@@ -48,6 +48,8 @@ class _ConsumerTable(Struct, kw_only=True, forbid_unknown_fields=True):
     tokens_per_minute: PositiveInt | None = None
     tokens_per_day: PositiveInt | None = None
     max_in_flight: PositiveInt | None = None
+    priority: int = 0  # queue order under `fairness = "fair"`: higher first
+    weight: PositiveInt = 1  # share between consumers of one priority (tags clamp at 16)
 
 
 # digest -> (the same digest, for the constant-time comparison; its consumer)
@@ -96,7 +98,7 @@ def parse_keys(text: bytes | str) -> Table:
         consumer = Consumer(name=name, limits=ConsumerLimits(
             requests_per_minute=entry.requests_per_minute, tokens_per_minute=entry.tokens_per_minute,
             tokens_per_day=entry.tokens_per_day, max_in_flight=entry.max_in_flight,
-        ))
+        ), priority=entry.priority, weight=entry.weight)
         for index, digest in enumerate(entry.keys):
             where = f"consumers.{name}.keys[{index}]"
             first = holder.get(digest)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from adapters.outbound.idle_signal import IdleSignal
 from domain.admission import AdmissionPolicy, Cancel, Outcome, SlotLedger
+from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import Draining, QueueFull, QueueTimeout
 from ports.admission import GateSnapshot
 from ports.clock import Clock
@@ -67,7 +68,7 @@ class _Lease:
 
 
 class _Ticket:
-    """A place in one upstream's FIFO queue."""
+    """A place in one upstream's queue."""
 
     __slots__ = ("_end", "_fut", "_gate", "_id", "_lease", "_ledger", "_retry", "_up", "deadline")
     queued = True
@@ -157,7 +158,7 @@ class _Ticket:
 
 
 class InMemoryAdmissionGate:
-    """`ports.admission.AdmissionGate` for one process: FIFO, cap and depth per upstream.
+    """`ports.admission.AdmissionGate` for one process: cap, depth and order per upstream.
 
     `None` as an upstream's policy means uncapped: `enter` grants a lease at once.
     """
@@ -171,8 +172,11 @@ class InMemoryAdmissionGate:
         self._draining = False
         self._idle = IdleSignal(self._is_idle)
 
-    async def enter(self, upstream: str) -> _Lease | _Ticket:
-        """A lease, or a queue ticket; KeyError for an upstream not configured."""
+    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS) -> _Lease | _Ticket:
+        """A lease, or a queue ticket; KeyError for an upstream not configured.
+
+        `consumer` places the ticket under `fairness = "fair"` and counts toward
+        `max_queued_per_consumer`; `fifo` orders by arrival whoever it is."""
         up = self._ups[upstream]
         ledger = up.ledger
         if ledger is None:
@@ -184,7 +188,7 @@ class InMemoryAdmissionGate:
         now = self._clock.now()
         if ledger.queued:
             self._expire(up, now)
-        decision = ledger.arrive(now)
+        decision = ledger.arrive(now, consumer)
         outcome = decision.outcome
         if outcome is Outcome.ADMITTED:
             return _Lease(self, up, decision.ticket)
@@ -214,6 +218,7 @@ class InMemoryAdmissionGate:
             queued=ledger.queued,
             limit=policy.max_in_flight,
             queue_limit=policy.queue_depth,
+            queued_by_priority=ledger.queued_by_priority() if ledger.queued else None,
         )
 
     def upstreams(self) -> list[str]:

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from domain.consumers import ANONYMOUS
 from domain.records import RequestRecord
 from ports.admission import AdmissionGate
 
@@ -31,6 +32,11 @@ class _GateCollector(Collector):
             "gateway_upstream_slots_limit", "Configured in-flight cap (max_in_flight)", labels=["upstream"])
         depth = GaugeMetricFamily(
             "gateway_upstream_queue_depth", "Requests waiting for a slot now", labels=["upstream"])
+        # A family of its own rather than a `priority` label on the one above: a family has one
+        # label set in prometheus_client, and mixed series would make `sum(queue_depth)` count twice.
+        by_priority = GaugeMetricFamily(
+            "gateway_upstream_queue_depth_by_priority", "Requests waiting for a slot now, per consumer priority",
+            labels=["upstream", "priority"])
         queue_limit = GaugeMetricFamily(
             "gateway_upstream_queue_limit", "Configured queue depth", labels=["upstream"])
         outcomes = CounterMetricFamily(
@@ -39,13 +45,15 @@ class _GateCollector(Collector):
             snap = self._gate.snapshot(upstream)
             in_use.add_metric([upstream], snap.in_use)
             depth.add_metric([upstream], snap.queued)
+            for priority, count in sorted((snap.queued_by_priority or {}).items()):
+                by_priority.add_metric([upstream, str(priority)], count)
             if snap.limit is not None:
                 limit.add_metric([upstream], snap.limit)
             if snap.queue_limit is not None:
                 queue_limit.add_metric([upstream], snap.queue_limit)
             for outcome, count in self._gate.counters(upstream).items():  # type: ignore[attr-defined]
                 outcomes.add_metric([upstream, outcome], count)
-        yield from (in_use, limit, depth, queue_limit, outcomes)
+        yield from (in_use, limit, depth, by_priority, queue_limit, outcomes)
 
 
 class PrometheusMetrics:
@@ -61,7 +69,7 @@ class PrometheusMetrics:
             "gateway_request_duration_seconds", "Request duration", ["upstream"],
             buckets=_LATENCY_BUCKETS, registry=r)
         self._queue_wait = Histogram(
-            "gateway_queue_wait_seconds", "Time spent waiting for a slot", ["upstream"],
+            "gateway_queue_wait_seconds", "Time spent waiting for a slot", ["upstream", "consumer"],
             buckets=_LATENCY_BUCKETS, registry=r)
         self._ttft = Histogram(
             "gateway_time_to_first_token_seconds", "Time to the first streamed token", ["upstream"],
@@ -83,7 +91,8 @@ class PrometheusMetrics:
         # looked up once per label tuple instead (the label values come from config and
         # status codes, so these maps stay small).
         self._request_children: dict[tuple[str, str, int], Any] = {}
-        self._upstream_children: dict[str, tuple[Any, Any, Any]] = {}
+        self._upstream_children: dict[str, tuple[Any, Any]] = {}
+        self._wait_children: dict[tuple[str, str], Any] = {}  # (upstream, consumer)
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
@@ -103,10 +112,14 @@ class PrometheusMetrics:
         children = self._upstream_children.get(upstream)
         if children is None:
             children = self._upstream_children[upstream] = (
-                self._duration.labels(upstream), self._queue_wait.labels(upstream), self._ttft.labels(upstream))
-        duration, queue_wait, ttft = children
+                self._duration.labels(upstream), self._ttft.labels(upstream))
+        duration, ttft = children
         duration.observe(record.duration_seconds)
         if record.queue_wait_seconds is not None:
+            who = (upstream, record.consumer or ANONYMOUS.name)
+            queue_wait = self._wait_children.get(who)
+            if queue_wait is None:
+                queue_wait = self._wait_children[who] = self._queue_wait.labels(*who)
             queue_wait.observe(record.queue_wait_seconds)
         if record.first_token_seconds is not None:
             ttft.observe(record.first_token_seconds)

@@ -29,7 +29,15 @@ def test_consumers_limits_and_rotation_keys() -> None:
     assert frontend.limits == ConsumerLimits(requests_per_minute=600, tokens_per_minute=200000,
                                              tokens_per_day=20000000, max_in_flight=4)
     assert table[C][1].limits == ConsumerLimits(tokens_per_minute=50000)
+    assert (frontend.priority, frontend.weight) == (0, 1)  # defaults
     assert parse_keys("") == {}
+
+
+def test_priority_and_weight() -> None:
+    table = parse_keys(f'[consumers.frontend]\nkeys = ["{A}"]\npriority = 10\nweight = 3\n'
+                       f'[consumers.batch]\nkeys = ["{B}"]\npriority = -5\n')
+    assert (table[A][1].priority, table[A][1].weight) == (10, 3)
+    assert (table[B][1].priority, table[B][1].weight) == (-5, 1)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +50,11 @@ def test_consumers_limits_and_rotation_keys() -> None:
          "invalid value for 'consumers.frontend.max_in_flight'"),
         (f'[consumers.frontend]\nkeys = ["{A}"]\nrequests_per_minute = "6"\n',
          "invalid value for 'consumers.frontend.requests_per_minute'"),
+        (f'[consumers.frontend]\nkeys = ["{A}"]\nweight = 0\n', "invalid value for 'consumers.frontend.weight'"),
+        (f'[consumers.frontend]\nkeys = ["{A}"]\npriority = 1.5\n',
+         "invalid value for 'consumers.frontend.priority'"),
+        (f'[consumers.frontend]\nkeys = ["{A}"]\npriority = true\n',
+         "invalid value for 'consumers.frontend.priority'"),
         (f'[consumers.x]\nkeys = ["{A}", "sha256:ABC"]\n', "invalid value for 'consumers.x.keys[1]': not a digest"),
         ('[consumers.x]\nkeys = "sha256:..."\n', "invalid value for 'consumers.x.keys'"),
         (f'[consumers.a]\nkeys = ["{A}"]\n[consumers.b]\nkeys = ["{B}", "{A}"]\n',

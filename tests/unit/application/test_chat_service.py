@@ -22,6 +22,7 @@ from domain.canonical import (
     Usage,
     UsageReport,
 )
+from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, ModelNotFound, QueueFull, UpstreamError
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
@@ -76,8 +77,10 @@ class FakeGate:
         self.in_use = 0
         self.tickets = tickets or []
         self.reject = reject
+        self.consumers: list[Consumer] = []  # who entered, in order
 
-    async def enter(self, upstream: str) -> FakeLease | FakeTicket:
+    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS) -> FakeLease | FakeTicket:
+        self.consumers.append(consumer)
         if self.free > 0:
             self.free -= 1
             self.in_use += 1
@@ -154,6 +157,15 @@ async def test_complete_releases_on_success_and_on_error() -> None:
     with pytest.raises(UpstreamError):
         await service(gate, FakeUpstream(fail=UpstreamError("boom"))).complete(request())
     assert gate.in_use == 0
+
+
+async def test_the_gate_sees_the_requests_consumer_on_both_paths() -> None:
+    gate, frontend = FakeGate(free=3), Consumer(name="frontend", priority=10, weight=2)
+    chat = service(gate, FakeUpstream(CHUNKS))
+    await chat.complete(request(), consumer=frontend)
+    _ = [item async for item in chat.stream(request(True), report_queue=True, consumer=frontend)]
+    await chat.complete(request())
+    assert gate.consumers == [frontend, frontend, ANONYMOUS]
 
 
 async def test_complete_releases_when_cancelled() -> None:
@@ -257,8 +269,8 @@ class FencedGate(FakeGate):
         super().__init__(free=1)
         self.lost = asyncio.Event()
 
-    async def enter(self, upstream: str) -> FakeLease | FakeTicket:
-        lease = await super().enter(upstream)
+    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS) -> FakeLease | FakeTicket:
+        lease = await super().enter(upstream, consumer)
         lease.lost = self.lost  # type: ignore[union-attr]
         return lease
 

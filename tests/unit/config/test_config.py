@@ -44,6 +44,16 @@ def test_design_example_is_complete() -> None:
     assert config.server.limit_concurrency == 4096  # documented default (docs/operations.md)
 
 
+def test_fairness_keys_reach_the_policy() -> None:
+    from bootstrap import _policies
+
+    config = load_config_text(UPSTREAM + ADMISSION + 'fairness = "fair"\nmax_queued_per_consumer = 4\n')
+    policy = _policies(config)["a"]
+    assert policy is not None and (policy.fairness, policy.max_queued_per_consumer) == ("fair", 4)
+    default = _policies(load_config_text(UPSTREAM + ADMISSION))["a"]
+    assert default is not None and (default.fairness, default.max_queued_per_consumer) == ("fifo", None)
+
+
 @pytest.mark.parametrize("missing", ["sequence_slots", "max_in_flight", "queue_depth", "queue_timeout_seconds"])
 def test_admission_keys_have_no_defaults(missing: str) -> None:
     admission = "\n".join(line for line in ADMISSION.splitlines() if not line.startswith(missing))
@@ -75,6 +85,9 @@ def test_admission_keys_have_no_defaults(missing: str) -> None:
         ('[server]\nworkers = 2\n' + UPSTREAM, r"server\.workers > 1 needs admission\.backend = 'redis'"),
         ('[admission]\nbackend = "redis"\n' + UPSTREAM, r"admission\.redis_url is required"),
         ('[admission]\nbackend = "etcd"\n' + UPSTREAM, r"invalid value for 'admission\.backend'"),
+        (UPSTREAM + ADMISSION + 'fairness = "wfq"\n', r"invalid value for 'upstreams\.a\.admission\.fairness'"),
+        (UPSTREAM + ADMISSION + "max_queued_per_consumer = 0\n",
+         r"invalid value for 'upstreams\.a\.admission\.max_queued_per_consumer'"),
         (UPSTREAM + 'aliases = [""]\n', r"invalid value for 'upstreams\.a\.aliases\[0\]'"),
         (UPSTREAM + 'aliases = ["claude-*"]\n[upstreams.b]\nurl = "http://b"\nmodels = ["n"]\naliases = ["*-sonnet"]\n',
          r"upstreams\.a\.aliases: pattern 'claude-\*' and upstreams\.b\.aliases pattern '\*-sonnet' can both "
@@ -95,6 +108,7 @@ def test_check_config_cli(tmp_path: Path) -> None:
                         capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
     assert '"max_in_flight": 6' in ok.stdout and '"connect_timeout_seconds"' in ok.stdout
+    assert '"fairness": "fifo"' in ok.stdout and '"max_queued_per_consumer": null' in ok.stdout  # defaults shown
     bad = tmp_path / "bad.toml"
     bad.write_text(UPSTREAM + ADMISSION.replace("queue_depth = 8\n", ""))
     failed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(bad)],

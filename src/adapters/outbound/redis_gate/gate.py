@@ -75,7 +75,7 @@ class RedisAdmissionGate(LedgerCore):
 
     # -- the port ----------------------------------------------------------------------
 
-    async def enter(self, upstream: str) -> RedisLease | OpenLease | RedisTicket:
+    async def enter(self, upstream: str, consumer: object = None) -> RedisLease | OpenLease | RedisTicket:
         if self._draining:
             self._ups[upstream].counts["rejected_draining"] += 1
             raise Draining(1)
