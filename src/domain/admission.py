@@ -15,6 +15,8 @@ class AdmissionPolicy(msgspec.Struct, frozen=True, kw_only=True):
     max_in_flight: int
     queue_depth: int
     queue_timeout_seconds: float
+    fairness: str = "fifo"
+    max_queued_per_consumer: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()

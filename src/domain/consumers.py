@@ -46,6 +46,8 @@ class ConsumerLimits(msgspec.Struct, frozen=True, kw_only=True):
 class Consumer(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     limits: ConsumerLimits = ConsumerLimits()
+    priority: int = 0
+    weight: int = 1
 
 
 ANONYMOUS = Consumer(name="anonymous")
