@@ -7,6 +7,7 @@ when it is unreachable.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import uuid
@@ -305,16 +306,46 @@ async def test_an_unserved_tag_outlives_the_queue_with_the_same_effect(make_gate
 
 async def test_three_gates_on_one_redis_make_the_order_of_one(make_gate: MakeGate) -> None:
     gates = [await make_gate({"up": policy()}) for _ in range(3)]
-    ref = Reference(policy())
-    first = await hold(gates[0], ref)
     rng = random.Random(16)
     consumers = [who("A"), who("B", weight=2), who("C"), who("P", priority=3)]
     arrivals = [(f"{c.name}{i}", c) for i, c in enumerate(rng.choice(consumers) for _ in range(24))]
-    tickets = await queue_up(gates, arrivals, ref)  # round robin: three processes
-    for ticket in tickets.values():
-        assert await ticket.wait(0) is None
-    assert {r: t.position() for r, t in tickets.items()} == {r: ref.position(r) for r in tickets}
-    assert await dispatch_order(first, tickets) == expected_order(ref)
+    orders = []
+    for used in (gates[:1], gates):  # one process, then three (round robin); state drained between
+        ref = Reference(policy())
+        first = await hold(used[-1], ref)
+        tickets = await queue_up(used, arrivals, ref)
+        for ticket in tickets.values():
+            assert await ticket.wait(0) is None
+        assert {r: t.position() for r, t in tickets.items()} == {r: ref.position(r) for r in tickets}
+        orders.append(await dispatch_order(first, tickets))
+        assert orders[-1] == expected_order(ref)
+    assert orders[0] == orders[1]
+    assert orders[0] != [rid for rid, _ in arrivals]
+
+
+async def test_expired_and_reclaimed_waiters_leave_no_trace(make_gate: MakeGate) -> None:
+    redis, prefix = make_gate.redis, make_gate.prefix  # type: ignore[attr-defined]
+    short = AdmissionPolicy(max_in_flight=1, queue_depth=8, queue_timeout_seconds=0.3,
+                            fairness="fair", max_queued_per_consumer=3)
+    a = await make_gate({"up": short}, lease_seconds=1.0)
+    b = await make_gate({"up": short}, lease_seconds=5.0)
+    held = await b.enter("up", who("B"))
+    for name in ("A", "A", "C"):
+        assert (await a.enter("up", who(name))).queued
+    await a.close(give_back=False)  # "crash": its waiters expire on the server (b's refresher)
+    await asyncio.sleep(0.9)
+    base = f"{prefix}:{{up}}"
+    for name in ("fair", "entries", "counts", "queue", "deadlines", "waiters"):
+        assert not await redis.exists(f"{base}:{name}"), name
+    assert await redis.hgetall(f"{base}:tags")  # the unserved tags of A and C (tags not rolled back)
+    ticket = await b.enter("up", who("A"))
+    assert ticket.queued  # A's count is back to 0
+    await held.release()
+    lease = await ticket.wait(2.0)
+    assert lease is not None
+    await lease.release()  # the dispatch moved V past every tag: the fair state is gone
+    keys = {key.rsplit(":", 1)[1] async for key in redis.scan_iter(match=f"{prefix}:*")}
+    assert keys == {"seq", "owners"}
 
 
 @pytest.mark.parametrize(("seed", "fairness"), [(1, "fair"), (2, "fair"), (3, "fifo")])
