@@ -1,5 +1,6 @@
-"""Shared admission ledger on Redis: one cap and one FIFO queue per upstream for ALL
-gateway processes and pods (the in-memory gate is only correct inside one process).
+"""Shared admission ledger on Redis: one cap and one queue per upstream (fifo, or fair:
+issue 16) for ALL gateway processes and pods (the in-memory gate is only correct inside
+one process).
 
 Data layout, for `key_prefix` P (default "gateway") and upstream key U (the config
 table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a slot:
@@ -11,13 +12,20 @@ table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a s
     P:{U}:slots      HASH    token -> owner, for granted slots; HLEN = slots in use
     P:{U}:owners     ZSET    owner -> heartbeat lease expiry (ms, Redis server time)
     P:{U}:wake       pub/sub channel: space-separated tokens just promoted to a slot
+  fair mode and max_queued_per_consumer only (fifo without a limit never writes them):
+    P:{U}:fair       ZSET    score 0, "<band>:<finish tag>:<seq>:<token>": dispatch order
+    P:{U}:entries    HASH    token -> "<fair member> <consumer>" (member '' in fifo)
+    P:{U}:counts     HASH    consumer -> waiting requests (max_queued_per_consumer)
+    P:{U}:vtime      HASH    band -> virtual time V (finish tag last dispatched from it)
+    P:{U}:tags       HASH    "<band>:<consumer>" -> finish tag of its last queued request
 
 A token is "<process tag>.<n>", unique per request; an owner is
 "<host>:<pid>:<process tag>:g<generation>" and changes when the process is fenced.
 
 Every change is one Lua script (see `scripts.py`), and each first reclaims expired
-owners, expires lapsed queue entries and promotes the queue head into free slots, so a
-freed slot always goes to the longest waiter of any process. See docs/redis-ledger.md
+owners, expires lapsed queue entries and promotes the smallest key into free slots, so a
+freed slot always goes to the same request whichever process asks (fifo: the longest
+waiter). See docs/redis-ledger.md
 for the failure model, fencing, lease sizing and the wake-up latency bound.
 """
 

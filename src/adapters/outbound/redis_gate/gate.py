@@ -1,4 +1,4 @@
-"""`RedisAdmissionGate`: one cap and one FIFO queue per upstream shared by every process.
+"""`RedisAdmissionGate`: one cap and one queue per upstream shared by every process.
 
 The layout, the scripts and the failure model are described in the package docstring
 and in docs/redis-ledger.md; the plumbing lives in `ledger.py`, the loops in
@@ -13,7 +13,9 @@ from adapters.outbound.redis_gate import background, scripts
 from adapters.outbound.redis_gate.background import REDIS_DOWN
 from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream, log
 from adapters.outbound.redis_gate.tickets import DRAINED, OpenLease, RedisLease, RedisTicket
+from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, Draining, QueueFull
+from domain.fair_queue import tag_step
 from ports.admission import GateSnapshot
 
 
@@ -75,7 +77,9 @@ class RedisAdmissionGate(LedgerCore):
 
     # -- the port ----------------------------------------------------------------------
 
-    async def enter(self, upstream: str, consumer: object = None) -> RedisLease | OpenLease | RedisTicket:
+    async def enter(
+        self, upstream: str, consumer: Consumer = ANONYMOUS,
+    ) -> RedisLease | OpenLease | RedisTicket:
         if self._draining:
             self._ups[upstream].counts["rejected_draining"] += 1
             raise Draining(1)
@@ -86,7 +90,8 @@ class RedisAdmissionGate(LedgerCore):
             return OpenLease(self, up)
         if self._closed:
             raise AdmissionUnavailable(1)
-        task = asyncio.ensure_future(self._enter(up, f"{self._tag}.{next(self._tokens)}"))
+        token = f"{self._tag}.{next(self._tokens)}"
+        task = asyncio.ensure_future(self._enter(up, token, consumer))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:  # hung up mid-call: undo whatever the script did
@@ -129,11 +134,17 @@ class RedisAdmissionGate(LedgerCore):
 
     # -- enter and its tickets ---------------------------------------------------------
 
-    async def _enter(self, up: Upstream, token: str) -> RedisLease | RedisTicket:
+    async def _enter(self, up: Upstream, token: str, consumer: Consumer) -> RedisLease | RedisTicket:
         policy = up.policy
         assert policy is not None
         deadline = self._clock.now() + policy.queue_timeout_seconds
-        args = (token, policy.queue_depth, int(policy.queue_timeout_seconds * 1000))
+        fair = policy.fairness == "fair"
+        args = (
+            token, policy.queue_depth, int(policy.queue_timeout_seconds * 1000),
+            1 if fair else 0, consumer.name,
+            scripts.band(consumer.priority) if fair else "", tag_step(consumer.weight),
+            policy.max_queued_per_consumer or 0, scripts.TAGS_GRACE_MS,
+        )
         owner = self._owner
         try:
             if not self._registered:

@@ -31,11 +31,31 @@ WITHDRAWN = 1  # cancel: the token was queued and has left the queue
 HOLDS = 2  # cancel: the token holds a slot (timeout mode keeps it)
 GAVE_BACK = 3  # cancel: the token held a slot and gave it back (cancel mode)
 
-KEY_NAMES = ("queue", "deadlines", "waiters", "slots", "owners", "seq")
+KEY_NAMES = (
+    "queue", "deadlines", "waiters", "slots", "owners", "seq",
+    "fair", "entries", "counts", "vtime", "tags",  # fair mode / max_queued_per_consumer
+)
+# A band's tags are forgotten once its queue has been empty this long past the newest
+# deadline (only a cancelled request's unserved tag can outlive the queue: see `normalize`).
+TAGS_GRACE_MS = 60_000
+_COMPLEMENT = str.maketrans("0123456789", "9876543210")
+
+
+def band(priority: int) -> str:
+    """An order-preserving string for -priority (any int): higher priority sorts first.
+
+    "p" + 2-digit length + digits for -priority >= 0; "n" + (99 - length) + complemented
+    digits below 0. Never contains ":" or " ", which the fair queue's members rely on.
+    """
+    inverse = -priority
+    digits = str(abs(inverse))
+    if inverse >= 0:
+        return f"p{len(digits):02d}{digits}"
+    return f"n{99 - len(digits):02d}{digits.translate(_COMPLEMENT)}"
 
 
 def upstream_keys(prefix: str, upstream: str) -> tuple[list[str], str]:
-    """The six keys and the wake channel of one upstream.
+    """The eleven keys and the wake channel of one upstream.
 
     `{upstream}` is a Redis Cluster hash tag: one upstream's keys live in one slot, so
     its scripts also run on a cluster; different upstreams may live on different nodes.
@@ -46,14 +66,63 @@ def upstream_keys(prefix: str, upstream: str) -> tuple[list[str], str]:
 
 _PRELUDE = """
 local Q, D, W, S, O, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local F, E, N, VT, TG = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local cap, channel, owner = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- E: token -> "<fair member> <consumer>" (member '' in fifo with a per-consumer limit)
+local function entry_of(token)
+  local e = redis.call('HGET', E, token)
+  if not e then return nil, nil end
+  local sp = string.find(e, ' ', 1, true)
+  return string.sub(e, 1, sp - 1), string.sub(e, sp + 1)
+end
+
+local function forget_entry(token)
+  local member, consumer = entry_of(token)
+  if not member then return end
+  redis.call('HDEL', E, token)
+  if member ~= '' then redis.call('ZREM', F, member) end
+  if redis.call('HINCRBY', N, consumer, -1) <= 0 then redis.call('HDEL', N, consumer) end
+end
 
 local function drop_waiter(token)
   redis.call('ZREM', Q, token)
   redis.call('ZREM', D, token)
   redis.call('HDEL', W, token)
+  forget_entry(token)
+end
+
+-- 1-based place in dispatch order: in the fair order if the token has a fair member
+local function position(token)
+  local rank = redis.call('ZRANK', Q, token)
+  if not rank then return nil end
+  local member = entry_of(token)
+  if member and member ~= '' then
+    local r = redis.call('ZRANK', F, member)
+    if r then return r + 1 end
+  end
+  return rank + 1
+end
+
+-- Once the fair queue is empty, shift every band's tags down by its virtual time: the
+-- same future order (each band only compares tags among its own), and the state is
+-- gone unless a consumer still has an unserved tag (a cancelled request's) above V.
+local function normalize()
+  if redis.call('EXISTS', VT) == 0 or redis.call('ZCARD', F) > 0 then return end
+  local v = {}
+  local vt = redis.call('HGETALL', VT)
+  for i = 1, #vt, 2 do v[vt[i]] = tonumber(vt[i + 1]) end
+  redis.call('DEL', VT)
+  local tags = redis.call('HGETALL', TG)
+  for i = 1, #tags, 2 do
+    local base = v[string.match(tags[i], '^([^:]*):')]
+    if base then
+      local left = tonumber(tags[i + 1]) - base
+      if left > 0 then redis.call('HSET', TG, tags[i], left) else redis.call('HDEL', TG, tags[i]) end
+    end
+  end
 end
 
 local function reclaim()
@@ -80,19 +149,44 @@ local function expire()
     redis.call('ZREM', Q, unpack(lapsed))
     redis.call('ZREM', D, unpack(lapsed))
     redis.call('HDEL', W, unpack(lapsed))
+    if redis.call('EXISTS', E) == 1 then
+      for _, token in ipairs(lapsed) do forget_entry(token) end
+    end
   end
 end
 
+-- Free slots go to the smallest keys: the fair order F first (fair mode), then the
+-- arrival order Q (fifo mode: F is empty, so this is exactly the fifo head).
 local function promote()
   local free = cap - redis.call('HLEN', S)
   if free <= 0 then return end
-  local heads = redis.call('ZRANGE', Q, 0, free - 1)
-  if #heads == 0 then return end
   local granted = {}
-  for _, token in ipairs(heads) do
-    local who = redis.call('HGET', W, token)
-    if who then redis.call('HSET', S, token, who); granted[#granted + 1] = token end
-    drop_waiter(token)
+  if redis.call('ZCARD', F) == 0 then
+    local heads = redis.call('ZRANGE', Q, 0, free - 1)
+    if #heads == 0 then return end
+    for _, token in ipairs(heads) do
+      local who = redis.call('HGET', W, token)
+      if who then redis.call('HSET', S, token, who); granted[#granted + 1] = token end
+      drop_waiter(token)
+    end
+  else
+    while free > 0 do
+      local token
+      local head = redis.call('ZRANGE', F, 0, 0)
+      if #head > 0 then
+        local b, tag, tok = string.match(head[1], '^([^:]*):(%d+):%d+:(.+)$')
+        redis.call('ZREM', F, head[1])
+        redis.call('HSET', VT, b, tonumber(tag))  -- V[band] = the dispatched finish tag
+        token = tok
+      else
+        local rest = redis.call('ZRANGE', Q, 0, 0)
+        if #rest == 0 then break end
+        token = rest[1]
+      end
+      local who = redis.call('HGET', W, token)
+      if who then redis.call('HSET', S, token, who); granted[#granted + 1] = token; free = free - 1 end
+      drop_waiter(token)
+    end
   end
   if #granted > 0 then redis.call('PUBLISH', channel, table.concat(granted, ' ')) end
 end
@@ -110,19 +204,24 @@ local function maintain()
 end
 
 local function reply(code, value, n)
+  normalize()
   local stamp = tonumber(t[1]) * 1000000 + tonumber(t[2])
   return {code, value, redis.call('HLEN', S), redis.call('ZCARD', Q), n, stamp}
 end
 """
 
-# ARGV: cap, channel, owner, token, depth, timeout_ms. Idempotent per token, so a retried
-# call (lost reply) reports the token's state instead of queueing it twice.
+# ARGV: cap, channel, owner, token, depth, timeout_ms, fair ('1'/'0'), consumer, band,
+# step, limit (max_queued_per_consumer, 0 = none), tags_grace_ms. Idempotent per token, so a retried
+# call (lost reply) reports the token's state instead of queueing it twice. With fair
+# '0' and limit 0 (fifo, no per-consumer limit) it writes exactly what it always did.
 ENTER = _PRELUDE + """
 local token, depth, timeout_ms = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local fair, consumer, b, step = ARGV[7] == '1', ARGV[8], ARGV[9], tonumber(ARGV[10])
+local limit = tonumber(ARGV[11])
 local n = maintain()
 if redis.call('HGET', S, token) == owner then return reply(1, 0, n) end
-local rank = redis.call('ZRANK', Q, token)
-if rank then return reply(2, rank + 1, n) end
+local rank = position(token)
+if rank then return reply(2, rank, n) end
 if not alive() then return reply(-1, 0, n) end
 local held, waiting = redis.call('HLEN', S), redis.call('ZCARD', Q)
 if held < cap and waiting == 0 then
@@ -130,11 +229,29 @@ if held < cap and waiting == 0 then
   return reply(1, 0, n)
 end
 if waiting >= depth then return reply(0, 0, n) end
+if limit > 0 and (tonumber(redis.call('HGET', N, consumer)) or 0) >= limit then
+  return reply(0, 0, n)
+end
 local seq = redis.call('INCR', SEQ)
 redis.call('ZADD', Q, seq, token)
 redis.call('ZADD', D, now + timeout_ms, token)
 redis.call('HSET', W, token, owner)
-return reply(2, waiting + 1, n)
+if not fair and limit == 0 then return reply(2, waiting + 1, n) end
+local member, place = '', waiting + 1
+if fair then  -- start = max(V[band], last[band][consumer]); finish = start + step
+  local field = b .. ':' .. consumer
+  local start = math.max(tonumber(redis.call('HGET', VT, b)) or 0,
+                         tonumber(redis.call('HGET', TG, field)) or 0)
+  local finish = start + step
+  redis.call('HSET', TG, field, finish)
+  redis.call('PEXPIRE', TG, timeout_ms + tonumber(ARGV[12]))
+  member = string.format('%s:%016d:%016d:%s', b, finish, seq, token)
+  redis.call('ZADD', F, 0, member)
+  place = redis.call('ZRANK', F, member) + 1
+end
+redis.call('HSET', E, token, member .. ' ' .. consumer)
+redis.call('HINCRBY', N, consumer, 1)
+return reply(2, place, n)
 """
 
 # ARGV: cap, channel, owner, token. Only the owner's own slot is freed: a fenced owner's
@@ -175,8 +292,8 @@ POLL = _PRELUDE + """
 local token = ARGV[4]
 local n = maintain()
 if redis.call('HGET', S, token) == owner then return reply(1, 0, n) end
-local rank = redis.call('ZRANK', Q, token)
-if rank and redis.call('HGET', W, token) == owner then return reply(2, rank + 1, n) end
+local rank = position(token)
+if rank and redis.call('HGET', W, token) == owner then return reply(2, rank, n) end
 if not alive() then return reply(-1, 0, n) end
 return reply(0, 0, n)
 """
