@@ -124,3 +124,46 @@ async def test_a_backlog_does_not_starve_others_under_fair(procs: Processes, tmp
             assert positions == []
         else:
             assert positions, name
+
+
+@pytest.mark.slow
+async def test_three_processes_on_one_redis_keep_the_fair_order(procs: Processes, tmp_path: Path) -> None:
+    """The same scenario, fair, with A's, B's and C's requests spread over 3 gateway processes
+    on one Redis: one schedule per upstream, whichever replica a request reached."""
+    log = tmp_path / "stub.log"
+    stub = procs.stub("--hold", "0.2", "--tokens", "2", log=log)
+    table = {**admission(1, 40, timeout=60), "fairness": '"fair"'}
+    toml = upstream_toml("reasoning", stub.url, ["reasoning"], table)  # type: ignore[arg-type]
+    toml += f'\n[auth]\nmode = "required"\nkeys_file = "{_keys_file(tmp_path / "keys.toml")}"\n'
+    toml += (f'\n[admission]\nbackend = "redis"\nredis_url = "redis://127.0.0.1:6379/0"\n'
+             f'key_prefix = "{tmp_path.name}"\n')
+    gateways = [procs.gateway(toml) for _ in range(3)]
+    plan = [("A", i) for i in range(30)] + [("B", i) for i in range(5)] + [("C", 0)]
+    seen_at: dict[str, int] = {}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(90.0), limits=httpx.Limits(max_connections=100)) as c:
+
+        async def entered() -> int:  # grants are counted per process; the queue is shared
+            pages = [await scrape(c, gw) for gw in gateways]
+            done = sum(p.get(k, 0.0) for p in pages for k in ("admission.admitted", "admission.timed_out",
+                                                               "admission.abandoned"))
+            return int(done + pages[0].get("queue_depth", 0.0))
+
+        tasks = []
+        for k, (who, n) in enumerate(plan):
+            name = f"{who}-{n:02d}"
+            tasks.append(asyncio.create_task(_send(c, gateways[k % 3], who, n, "llm" if k % 2 else "v1", False)))
+
+            async def arrived(k: int = k) -> bool:
+                return await entered() == k + 1
+
+            await until(arrived, f"{name} reached the gate", timeout=10)
+            seen_at[name] = len(_dispatched(log))
+        await asyncio.gather(*tasks)
+    order = _dispatched(log)
+    assert len(order) == 36
+    for who in "AB":
+        mine = [r for r in order if r[0] == who]
+        assert mine == sorted(mine)
+    assert order.index("B-04") < seen_at["B-00"] + 12, order
+    assert order.index("C-00") <= seen_at["C-00"] + 1, order
+    assert {r[0] for r in order[order.index("C-00") + 1:]} == {"A", "B"}
