@@ -8,13 +8,12 @@ the slot back on every path) happens here, once, for all of them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TypeVar
 
 import msgspec
 
-from application.consumer_limits import ConsumerLimits, Turn
+from application.consumer_limits import ConsumerLimits
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, GatewayError
@@ -116,57 +115,47 @@ class ChatService:
         upstream that reports no usage gets an estimated `UsageReport` as the last batch.
         """
         upstream, request = self._route(request, record)
-        async with (
-            self._consumers.turn(consumer, request, upstream, record) as turn,
-            aclosing(self._admitted_stream(upstream, request, report_queue, record, turn, consumer)) as items,
-        ):  # aclosing: a client hang-up closes the inner stream (its ticket, lease, upstream) at once
-            async for item in items:
-                yield item
-
-    async def _admitted_stream(
-        self, upstream: str, request: ChatRequest, report_queue: bool, record: RequestRecord | None, turn: Turn,
-        consumer: Consumer,
-    ) -> AsyncGenerator[QueuePosition | ChunkBatch, None]:
-        span, started = self._tracer.start("gateway.admission"), self._clock.now()
-        entry = await self._enter(upstream, span, consumer)
-        if entry.queued:
-            ticket: QueueTicket = entry  # type: ignore[assignment]
-            span.set("gateway.queue.position_on_arrival", ticket.position())
-            if report_queue:
-                granted: SlotLease | None = None
-                try:
-                    async for item in self._positions(upstream, ticket):
-                        if isinstance(item, QueuePosition):
-                            yield item
-                        else:
-                            granted = item
-                except BaseException as error:  # hang-up while queued, including GeneratorExit
-                    await ticket.cancel()
-                    self._admitted(span, started, record, error)
-                    raise
-                assert granted is not None
-                lease = granted
+        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+            span, started = self._tracer.start("gateway.admission"), self._clock.now()
+            entry = await self._enter(upstream, span, consumer)
+            if entry.queued:
+                ticket: QueueTicket = entry  # type: ignore[assignment]
+                span.set("gateway.queue.position_on_arrival", ticket.position())
+                if report_queue:
+                    granted: SlotLease | None = None
+                    try:
+                        async for item in self._positions(upstream, ticket):
+                            if isinstance(item, QueuePosition):
+                                yield item
+                            else:
+                                granted = item
+                    except BaseException as error:  # hang-up while queued, including GeneratorExit
+                        await ticket.cancel()
+                        self._admitted(span, started, record, error)
+                        raise
+                    assert granted is not None
+                    lease = granted
+                else:
+                    lease = await self._wait(ticket, span, started, record)
+                self._admitted(span, started, record, None, "queued")
             else:
-                lease = await self._wait(ticket, span, started, record)
-            self._admitted(span, started, record, None, "queued")
-        else:
-            lease = entry  # type: ignore[assignment]
-            self._admitted(span, started, record, None, "admitted")
-        lost = lease.lost  # only a shared ledger can lose a lease (fencing)
-        meter = turn.meter
-        turn.reached_upstream = True
-        try:
-            async with self._upstreams[upstream].open_stream(request) as batches:
-                async for batch in batches:
-                    if lost.is_set():
-                        raise AdmissionUnavailable(1, _LEASE_LOST_MESSAGE)
-                    for chunk in batch:
-                        meter.feed(chunk.events)
-                    yield batch
-        finally:
-            await lease.release()
-        if meter.reported is None:
-            yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
+                lease = entry  # type: ignore[assignment]
+                self._admitted(span, started, record, None, "admitted")
+            lost = lease.lost  # only a shared ledger can lose a lease (fencing)
+            meter = turn.meter
+            turn.reached_upstream = True
+            try:
+                async with self._upstreams[upstream].open_stream(request) as batches:
+                    async for batch in batches:
+                        if lost.is_set():
+                            raise AdmissionUnavailable(1, _LEASE_LOST_MESSAGE)
+                        for chunk in batch:
+                            meter.feed(chunk.events)
+                        yield batch
+            finally:
+                await lease.release()
+            if meter.reported is None:
+                yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
 
     async def count_tokens(self, request: ChatRequest) -> int:
         upstream, request = self._route(request, None)

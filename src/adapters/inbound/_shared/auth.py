@@ -10,7 +10,7 @@ quotes a key: only its non-secret key id, when it has one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from litestar.handlers import BaseRouteHandler
@@ -60,10 +60,10 @@ def authenticate(headers: Iterable[tuple[bytes, bytes]], store: CredentialStore)
     return Identity(consumer=consumer, key_id=ident)
 
 
-def auth_guard(store: CredentialStore) -> Callable[[Any, BaseRouteHandler], None]:
+def auth_guard(store: CredentialStore) -> Callable[[Any, BaseRouteHandler], Awaitable[None]]:
     """A Litestar guard: the request's identity on its `Call` and record, or a 401."""
 
-    def guard(connection: Any, _: BaseRouteHandler) -> None:
+    async def guard(connection: Any, _: BaseRouteHandler) -> None:  # async: else a worker thread per request
         call = call_of(connection)
         identity = authenticate(connection.scope["headers"], store)
         call.identity = identity

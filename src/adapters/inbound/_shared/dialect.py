@@ -9,7 +9,7 @@ every failure (Litestar's 404/405/413 included) rendered by the dialect's own `E
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,8 +49,9 @@ DialectRouter = Callable[[EdgeContext], Router]
 _METHODS = {HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH, HttpMethod.DELETE}
 
 
-def _headers_guard(limit: int) -> Callable[[Any, BaseRouteHandler], None]:
-    def guard(connection: Any, _: BaseRouteHandler) -> None:
+def _headers_guard(limit: int) -> Callable[[Any, BaseRouteHandler], Awaitable[None]]:
+    # async: Litestar runs a plain function guard in a worker thread, per request
+    async def guard(connection: Any, _: BaseRouteHandler) -> None:
         size = call_of(connection).header_bytes
         if size > limit:
             raise HeadersTooLarge(
