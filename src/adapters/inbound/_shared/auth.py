@@ -1,21 +1,19 @@
-"""API keys at the edge: the guard every dialect Router runs when keys are required.
+"""API keys at the edge: what the edge guard of every dialect Router checks when keys are
+required (`dialect._edge_guard`).
 
 A key comes as `Authorization: Bearer <key>` (OpenAI clients) or `x-api-key: <key>`
 (Anthropic clients); both are accepted on every surface, and two different keys in one
-request are refused. Only the key's SHA-256 digest is looked up. The guard runs after
-the header-size guard and before the handler, so a refused request never reaches
+request are refused. Only the key's SHA-256 digest is looked up. It runs after the
+header-size check and before the handler, so a refused request never reaches
 limits or admission; the identity it finds goes on the request's `Call`. No message
 quotes a key: only its non-secret key id, when it has one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
-from litestar.handlers import BaseRouteHandler
-
-from adapters.inbound._shared.edge import call_of
+from adapters.inbound._shared.edge import Call
 from domain.consumers import Identity, key_digest, key_id
 from domain.errors import InvalidApiKey
 from ports.consumers import CredentialStore
@@ -60,14 +58,9 @@ def authenticate(headers: Iterable[tuple[bytes, bytes]], store: CredentialStore)
     return Identity(consumer=consumer, key_id=ident)
 
 
-def auth_guard(store: CredentialStore) -> Callable[[Any, BaseRouteHandler], Awaitable[None]]:
-    """A Litestar guard: the request's identity on its `Call` and record, or a 401."""
-
-    async def guard(connection: Any, _: BaseRouteHandler) -> None:  # async: else a worker thread per request
-        call = call_of(connection)
-        identity = authenticate(connection.scope["headers"], store)
-        call.identity = identity
-        call.record.consumer = identity.consumer.name
-        call.record.key_id = identity.key_id
-
-    return guard
+def identify(call: Call, headers: Iterable[tuple[bytes, bytes]], store: CredentialStore) -> None:
+    """The request's identity on its `Call` and record, or `InvalidApiKey` (401)."""
+    identity = authenticate(headers, store)
+    call.identity = identity
+    call.record.consumer = identity.consumer.name
+    call.record.key_id = identity.key_id

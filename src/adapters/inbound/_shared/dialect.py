@@ -17,7 +17,7 @@ from litestar import Request, Response, Router, route
 from litestar.enums import HttpMethod
 from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 
-from adapters.inbound._shared.auth import auth_guard
+from adapters.inbound._shared.auth import identify
 from adapters.inbound._shared.edge import EdgeMiddleware, call_of
 from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
@@ -49,14 +49,22 @@ DialectRouter = Callable[[EdgeContext], Router]
 _METHODS = {HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH, HttpMethod.DELETE}
 
 
-def _headers_guard(limit: int) -> Callable[[Any, BaseRouteHandler], Awaitable[None]]:
-    # async: Litestar runs a plain function guard in a worker thread, per request
+def _edge_guard(limit: int, store: CredentialStore | None) -> Callable[[Any, BaseRouteHandler], Awaitable[None]]:
+    """The head's size, then the key, before anything else can refuse.
+
+    One guard for both, and `async`: Litestar copies the route handler for every guard it
+    runs, and runs a plain-function guard in a worker thread, per request.
+    """
+
     async def guard(connection: Any, _: BaseRouteHandler) -> None:
-        size = call_of(connection).header_bytes
-        if size > limit:
+        call = call_of(connection)
+        size = call.header_bytes
+        if limit and size > limit:
             raise HeadersTooLarge(
                 f"The request target and headers are {size} bytes; this gateway accepts at most {limit}."
             )
+        if store is not None:
+            identify(call, connection.scope["headers"], store)
 
     return guard
 
@@ -92,10 +100,8 @@ def dialect_router(
     refusals = [_not_allowed(sorted(_METHODS - methods), p) for p, methods in taken.items()]
     limit = context.limits.max_header_bytes
     observer = context.observer
-    # Order matters: the head's size first, then the key, before anything else can refuse.
-    guards = [_headers_guard(limit)] if limit else []
-    if context.credentials is not None:
-        guards.append(auth_guard(context.credentials))
+    store = context.credentials
+    guards = [_edge_guard(limit, store)] if limit or store is not None else []
 
     def edge(app: Any) -> EdgeMiddleware:  # a function: Litestar deep-copies the Router, not closures
         return EdgeMiddleware(app, surface, observer)
