@@ -199,7 +199,8 @@ def test_huge_or_binary_header_values_are_a_clear_4xx(gateway: Proc) -> None:
 
 def test_no_credential_header_reaches_the_upstream(world: tuple[Proc, Proc]) -> None:
     gateway, stub = world
-    _chat(gateway, {"authorization": f"Bearer {FRONTEND_KEY}", "x-api-key": FRONTEND_KEY})
+    _chat(gateway, {"authorization": f"Bearer {FRONTEND_KEY}", "x-api-key": FRONTEND_KEY,
+                    "x-claude-code-session-id": "session-7"})  # an agent's session header: logged, not forwarded
     with _anthropic(gateway, api_key=BATCH_KEY) as sdk:
         sdk.messages.create(model="plain", max_tokens=8, messages=USER)  # type: ignore[arg-type]
     lines = Path(str(stub.extra["log"])).read_text().splitlines()
@@ -207,7 +208,8 @@ def test_no_credential_header_reaches_the_upstream(world: tuple[Proc, Proc]) -> 
     for line in lines:
         names = line.split(" headers=", 1)[1].split(" ", 1)[0].split(",")
         assert "content-type" in names, line  # the option shows what arrived
-        assert not {"authorization", "x-api-key", "proxy-authorization", "cookie"} & set(names), line
+        assert not {"authorization", "x-api-key", "proxy-authorization", "cookie",
+                    "x-claude-code-session-id"} & set(names), line
         assert not any(_secret(key) in line for key in SECRETS)
 
 
