@@ -19,10 +19,8 @@ import re
 import msgspec
 
 DIGEST_PREFIX = "sha256:"
-KEY_PREFIX = "gw"
 # gw_<key id: 8 hex>_<secret: 43 base64url chars = 256 bits>
 _KEY_FORMAT = re.compile(r"gw_([0-9a-f]{8})_[A-Za-z0-9_-]{43}")
-_DIGEST_FORMAT = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class ConsumerLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,10 +72,6 @@ def key_id(key: str) -> str | None:
     """The key id of a gateway-format key (`gw_<id>_<secret>`), else None."""
     match = _KEY_FORMAT.fullmatch(key)
     return match.group(1) if match else None
-
-
-def is_digest(text: str) -> bool:
-    return _DIGEST_FORMAT.fullmatch(text) is not None
 
 
 def same_digest(a: str, b: str) -> bool:
