@@ -135,6 +135,7 @@ class Answer:
     stop_reason: str | None
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int | None = None  # --prefix-cache: reported as usage.prompt_tokens_details
 
 
 def build_answer(req: ChatRequest, tokens: int, reasoning: bool) -> Answer:
@@ -165,9 +166,12 @@ def split_arguments(arguments: str) -> list[str]:
     return [arguments[a:b] for a, b in itertools.pairwise(cuts) if b > a]
 
 
-def _usage(answer: Answer) -> dict[str, int]:
+def _usage(answer: Answer) -> dict[str, Any]:
     p, c = answer.prompt_tokens, answer.completion_tokens
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    if answer.cached_tokens is not None:  # as vLLM with --enable-prompt-tokens-details
+        usage["prompt_tokens_details"] = {"cached_tokens": answer.cached_tokens}
+    return usage
 
 
 def completion_body(answer: Answer, rid: str, created: int, model: str, call_id: str) -> bytes:
@@ -218,7 +222,21 @@ DONE_FRAME = b"data: [DONE]\n\n"
 def stream_frames(
     answer: Answer, rid: str, created: int, model: str, call_id: str, include_usage: bool
 ) -> list[bytes]:
-    """SSE frames (``data: {chunk}\\n\\n``) of a streamed answer, built from one template."""
+    """SSE frames (``data: {chunk}\\n\\n``) of a streamed answer, in order."""
+    opening, tokens, closing = stream_parts(answer, rid, created, model, call_id, include_usage)
+    return [*opening, *tokens, *closing]
+
+
+def stream_parts(
+    answer: Answer, rid: str, created: int, model: str, call_id: str, include_usage: bool
+) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """A streamed answer's SSE frames, built from one template, in three parts.
+
+    (the role chunk), (one frame per generated token: reasoning, content, tool call
+    pieces), (the finish chunk, the usage chunk if asked, ``[DONE]``). vLLM writes a
+    frame per engine step, so only the token frames are paced (``--chunk-delay``); the
+    frames after the last token leave with it.
+    """
     top = b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s' % (
         rid.encode(),
         created,
@@ -226,8 +244,8 @@ def stream_frames(
     )
     head = b"data: " + top + b',"choices":[{"index":0,"delta":'
     tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
-    frames = [head + b'{"role":"assistant","content":""}' + tail]
-    frames += [head + b'{"reasoning":' + _enc(p) + b"}" + tail for p in answer.reasoning]
+    opening = [head + b'{"role":"assistant","content":""}' + tail]
+    frames = [head + b'{"reasoning":' + _enc(p) + b"}" + tail for p in answer.reasoning]
     frames += [head + b'{"content":' + _enc(p) + b"}" + tail for p in answer.content]
     if answer.tool is not None:
         start = {
@@ -240,12 +258,12 @@ def stream_frames(
         for fragment in split_arguments(answer.arguments):
             delta = b'{"tool_calls":[{"index":0,"function":{"arguments":%s}}]}' % _enc(fragment)
             frames.append(head + delta + tail)
-    frames.append(
+    closing = [
         head
         + b'{},"logprobs":null,"finish_reason":"%s","stop_reason":%s}]}\n\n'
         % (answer.finish_reason.encode(), encode(answer.stop_reason))
-    )
+    ]
     if include_usage:
-        frames.append(b"data: " + top + b',"choices":[],"usage":' + encode(_usage(answer)) + b"}\n\n")
-    frames.append(DONE_FRAME)
-    return frames
+        closing.append(b"data: " + top + b',"choices":[],"usage":' + encode(_usage(answer)) + b"}\n\n")
+    closing.append(DONE_FRAME)
+    return opening, frames, closing

@@ -11,6 +11,7 @@ import math
 import sys
 
 from stub.faults import KINDS, RANDOM
+from stub.prefix_cache import BLOCK_TOKENS, DEFAULT_CAPACITY
 from stub.server import StubConfig, run_server
 
 FAULT_HELP = (
@@ -42,6 +43,13 @@ def _count(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value
 
 
@@ -113,10 +121,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="never send usage in a stream, whatever stream_options.include_usage says "
                         "(as llama.cpp's server does)")  # fmt: skip
     parser.add_argument("--chunk-delay", type=_non_negative, default=0.0, metavar="SECONDS",
-                        help="delay between stream chunks (default 0)")  # fmt: skip
+                        help="delay between the token chunks of a stream; the finish chunk, usage and [DONE] "
+                        "follow the last token at once, as vLLM sends them (default 0)")  # fmt: skip
     parser.add_argument("--fault", choices=(*KINDS, RANDOM), default=None, metavar="KIND", help=FAULT_HELP)
     parser.add_argument("--fault-rate", type=_fraction, default=None, metavar="P",
                         help="fraction of chat requests given the --fault (default 1 when --fault is set)")  # fmt: skip
+    parser.add_argument("--fault-after", type=_count, default=None, metavar="N",
+                        help="answer the first N chat requests normally, then the --fault (default 0)")  # fmt: skip
+    parser.add_argument("--max-num-seqs", type=_positive, default=None, metavar="N",
+                        help="like vLLM's: at most N chat requests generate at once, the others wait inside "
+                        "the stub in arrival order (--log lines add waiting=W; GET /metrics serves "
+                        "vllm:num_requests_running and vllm:num_requests_waiting); default: no limit")  # fmt: skip
+    parser.add_argument("--prefix-cache", action="store_true",
+                        help="like vLLM's automatic prefix caching: keep the prompt blocks served (LRU); a "
+                        "request's first token waits --prefill-ms-per-1k-tokens per 1,000 uncached prompt "
+                        "tokens (plus --hold); usage reports prompt_tokens_details.cached_tokens and --log "
+                        "lines add prompt_tokens=P cached_tokens=C")  # fmt: skip
+    parser.add_argument("--prefill-ms-per-1k-tokens", type=_non_negative, default=50.0, metavar="MS",
+                        help="with --prefix-cache: prefill ms per 1,000 uncached tokens (default 50)")  # fmt: skip
+    parser.add_argument("--prefix-cache-blocks", type=_positive, default=DEFAULT_CAPACITY, metavar="N",
+                        help=f"with --prefix-cache: blocks of {BLOCK_TOKENS} tokens kept "
+                        f"(default {DEFAULT_CAPACITY})")  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> StubConfig:
@@ -124,11 +149,16 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
     rate = 1.0 if args.fault_rate is None else args.fault_rate
     if args.fault is None and args.fault_rate is not None:
         raise SystemExit("stub: --fault-rate needs --fault KIND")
+    if args.fault is None and args.fault_after is not None:
+        raise SystemExit("stub: --fault-after needs --fault KIND")
     return StubConfig(hold=args.hold, tokens=args.tokens, reasoning=args.reasoning,
                       error_rate=args.error_rate, seed=args.seed, log_path=args.log,
                       log_headers=args.log_headers, stream_usage=not args.no_usage,
                       models=models, chunk_delay=args.chunk_delay,
-                      fault=args.fault, fault_rate=rate)  # fmt: skip
+                      fault=args.fault, fault_rate=rate, fault_after=args.fault_after or 0,
+                      max_num_seqs=args.max_num_seqs, prefix_cache=args.prefix_cache,
+                      prefix_cache_blocks=args.prefix_cache_blocks,
+                      prefill_ms_per_1k_tokens=args.prefill_ms_per_1k_tokens)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

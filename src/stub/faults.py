@@ -14,7 +14,8 @@ Each kind imitates a way a vLLM server (or the network in front of it) fails:
 - ``truncated``: stream: the body ends cleanly but without the finish chunk and without
   ``[DONE]``; non-stream: a complete JSON answer whose choice has no finish_reason.
 
-``random`` picks one kind per faulty request. The draws use the stub's seeded RNG, so a
+``random`` picks one kind per faulty request. ``--fault-after N`` answers the first N
+chat requests normally and only then starts failing (a replica that goes bad). The draws use the stub's seeded RNG, so a
 given ``--seed`` and request order give the same faults. Stalls are bounded by
 ``STALL_LIMIT`` seconds (then the connection is reset). Everything here is off the fast
 path: a stub without ``--fault`` never reaches this module per request.
@@ -55,14 +56,18 @@ CONTEXT_MESSAGE = (
 class FaultPicker:
     """Decides, per chat request, whether and which fault to inject."""
 
-    __slots__ = ("kind", "rate", "rng")
+    __slots__ = ("after", "kind", "rate", "rng")
 
-    def __init__(self, kind: str, rate: float, rng: random.Random) -> None:
+    def __init__(self, kind: str, rate: float, rng: random.Random, after: int = 0) -> None:
         if kind != RANDOM and kind not in KINDS:
             raise ValueError(f"unknown fault kind {kind!r}")
         self.kind, self.rate, self.rng = kind, rate, rng
+        self.after = after  # healthy requests left before the faults begin (`--fault-after`)
 
     def draw(self) -> str | None:
+        if self.after:
+            self.after -= 1
+            return None
         if self.rate < 1.0 and self.rng.random() >= self.rate:
             return None
         return self.rng.choice(KINDS) if self.kind == RANDOM else self.kind

@@ -1,29 +1,49 @@
 """The stub upstream's routes, in-flight accounting and --log, served under uvloop.
 
-A chat request that needs no waiting (no --hold, no --chunk-delay) is answered
-synchronously inside ``data_received``, without creating a task: the stub is the upstream
-of every benchmark and must stay well over twice as fast as the gateway in front of it.
-Only held or slowly streamed answers get a task, which the connection cancels when the
-client goes away; the request then stops counting as in flight at once (a vLLM abort).
+A chat request that needs no waiting (no --hold, no --chunk-delay, a free place under
+--max-num-seqs, no --prefix-cache) is answered synchronously inside ``data_received``,
+without creating a task: the stub is the upstream of every benchmark and must stay well
+over twice as fast as the gateway in front of it. Only held, slowly streamed or waiting
+answers get a task, which the connection cancels when the client goes away; the request
+then stops counting as in flight at once (a vLLM abort).
+
+With ``--max-num-seqs N`` (``stub.scheduler``) a request beyond N waits inside the stub,
+as in vLLM's scheduler; its hold, prefill and chunk delays start when it starts
+generating. ``GET /metrics`` then serves vLLM's two scheduler gauges (``stub.metrics``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
-from stub.answers import Answer, build_answer, completion_body, stream_frames
+from stub.answers import Answer, build_answer, completion_body, stream_frames, stream_parts
 from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
 from stub.faults import HTTP_FAULTS, FaultPicker, answer_fault, http_fault, stream_fault
-from stub.schema import CHAT_DECODER, USER_PREFIX, ChatRequest, encode, error_body, last_user_text, tokenize_body
+from stub.prefix_cache import DEFAULT_CAPACITY, PrefixCache
+from stub.scheduler import Scheduler
+from stub.schema import (
+    CHAT_DECODER,
+    USER_PREFIX,
+    ChatRequest,
+    encode,
+    error_body,
+    last_user_text,
+    message_texts,
+    token_ids,
+    tokenize_body,
+)
+
+METRICS_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+Play = Callable[[int | None], Awaitable[None]]  # plays an answer, given its cached prompt tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +62,11 @@ class StubConfig:
     stream_usage: bool = True  # False: ignore include_usage, as llama.cpp's server does
     fault: str | None = None  # a kind of stub.faults.KINDS, or "random"
     fault_rate: float = 1.0
+    fault_after: int = 0  # chat requests answered normally before the faults begin
+    max_num_seqs: int | None = None  # None: every request generates at once
+    prefix_cache: bool = False
+    prefix_cache_blocks: int = DEFAULT_CAPACITY
+    prefill_ms_per_1k_tokens: float = 50.0  # with prefix_cache: per 1,000 uncached prompt tokens
 
 
 class Rejected(Exception):
@@ -59,7 +84,18 @@ class Stub:
         self.config = config
         self.log_headers = config.log_headers and bool(config.log_path)
         self.rng = random.Random(config.seed)
-        self.faults = FaultPicker(config.fault, config.fault_rate, self.rng) if config.fault else None
+        self.faults = (
+            FaultPicker(config.fault, config.fault_rate, self.rng, config.fault_after) if config.fault else None
+        )
+        self.scheduler = Scheduler(config.max_num_seqs) if config.max_num_seqs else None
+        self.cache = PrefixCache(config.prefix_cache_blocks) if config.prefix_cache else None
+        # answered inside data_received when nothing makes it wait (see the module's doc)
+        self.immediate = not config.hold and self.cache is None
+        self.metrics_body: Callable[[], bytes] | None = None
+        if self.scheduler is not None:
+            from stub.metrics import scheduler_metrics  # prometheus_client: only loaded when served
+
+            self.metrics_body = scheduler_metrics(self.scheduler, (config.models or ("stub",))[0])
         self.in_flight = 0
         self.max_concurrent = 0
         self.counter = 0
@@ -88,7 +124,10 @@ class Stub:
             os.close(self.log_fd)
             self.log_fd = None
 
-    def start(self, proto: HttpProtocol, req: ChatRequest, fault: str | None = None) -> None:
+    def start(
+        self, proto: HttpProtocol, req: ChatRequest, fault: str | None = None,
+        cached: int | None = None, prompt: int = 0,
+    ) -> None:
         """Count a started chat request and log its line (with ``fault=KIND`` when one is injected).
 
         ``roles=[...]`` lists the request's message roles in order (a JSON array without
@@ -96,7 +135,11 @@ class Stub:
         ``user="..."`` is the start of the last user message's text (a JSON string, at most
         USER_PREFIX characters), so a test can tell whose request it was; with
         ``--log-headers``, ``headers=a,b`` names the headers received (names only: a test
-        proves no credential was forwarded without the stub ever writing one down).
+        proves no credential was forwarded without the stub ever writing one down). With
+        ``--max-num-seqs``, ``waiting=W`` counts the requests received and not generating
+        once this one arrived (itself included when it must wait: W > 0 means a request
+        queued inside the server); with ``--prefix-cache``, ``prompt_tokens=P
+        cached_tokens=C``.
         """
         proto.counted = True
         self.in_flight += 1
@@ -110,6 +153,8 @@ class Stub:
                 f"user={encode(last_user_text(req.messages)[:USER_PREFIX]).decode()}"
                 + (f" traceparent={proto.traceparent.decode('latin-1')}" if proto.traceparent else "")
                 + (f" headers={proto.header_names.decode('latin-1')}" if self.log_headers else "")
+                + (f" waiting={self.scheduler.waiting}" if self.scheduler is not None else "")
+                + (f" prompt_tokens={prompt} cached_tokens={cached}" if cached is not None else "")
                 + (f" fault={fault}" if fault else "")
                 + "\n"
             )
@@ -131,6 +176,8 @@ class Stub:
             proto.finish(response(200, b"", keep, b"text/plain"), keep)
         elif path == b"/v1/models" and method == b"GET":
             proto.finish(response(200, self.models_body, keep), keep)
+        elif path == b"/metrics" and method == b"GET" and self.metrics_body is not None:
+            proto.finish(response(200, self.metrics_body(), keep, METRICS_TYPE), keep)
         elif path == b"/tokenize" and method == b"POST":
             try:
                 proto.finish(response(200, tokenize_body(body), keep), keep)
@@ -169,25 +216,33 @@ class Stub:
             fault = self.faults.draw()
             if fault is not None:
                 return self._fault(proto, req, answer, keep, fault)
-        cfg = self.config
-        rid, call_id, created = self._ids()
-        if req.stream:
-            usage = cfg.stream_usage and bool(req.stream_options and req.stream_options.include_usage)
-            frames = stream_frames(answer, rid, created, req.model, call_id, usage)
-            head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
-            if not cfg.hold and not cfg.chunk_delay:
-                self.start(proto, req)
-                self.release(proto)
-                proto.finish(head + chunked(frames) + CHUNKED_END, keep)
-                return None
-            return self._later(proto, req, None, self._stream_later, proto, head, frames, keep)
-        payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
-        if not cfg.hold:
+        if (
+            self.immediate
+            and not (req.stream and self.config.chunk_delay)
+            and (self.scheduler is None or self.scheduler.free())
+        ):
+            rid, call_id, created = self._ids()
+            if req.stream:
+                frames = stream_frames(answer, rid, created, req.model, call_id, self._usage_wanted(req))
+                out = self._stream_head(keep) + chunked(frames) + CHUNKED_END
+            else:
+                out = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
             self.start(proto, req)
             self.release(proto)
-            proto.finish(payload, keep)
+            proto.finish(out, keep)
             return None
-        return self._later(proto, req, None, self._answer_later, proto, payload, keep)
+
+        def play(cached: int | None) -> Awaitable[None]:
+            return self._generate(proto, req, answer, keep, cached)
+
+        return self._later(proto, req, None, play)
+
+    def _usage_wanted(self, req: ChatRequest) -> bool:
+        return self.config.stream_usage and bool(req.stream_options and req.stream_options.include_usage)
+
+    @staticmethod
+    def _stream_head(keep: bool) -> bytes:
+        return STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
 
     def _ids(self) -> tuple[str, str, int]:
         """(completion id, tool call id, created) of the next answer."""
@@ -195,21 +250,34 @@ class Stub:
         suffix = f"{self.prefix}{self.counter:08x}"
         return f"chatcmpl-{suffix}", f"chatcmpl-tool-{suffix}", int(time.time())
 
-    def _later(
-        self, proto: HttpProtocol, req: ChatRequest, fault: str | None,
-        play: Callable[..., Awaitable[None]], *args: Any,
-    ) -> asyncio.Task[None]:
+    def _later(self, proto: HttpProtocol, req: ChatRequest, fault: str | None, play: Play) -> asyncio.Task[None]:
         """A task answering later: counted in flight from its first step until it ends.
 
         Counting on the task's first step, not now, lets a connection loss seen in the same
         I/O batch (its callback was scheduled first) be counted first: a client that aborts
-        one request and sends the next at once never shows both in flight.
+        one request and sends the next at once never shows both in flight. Under
+        ``--max-num-seqs`` it waits for its turn to generate (in flight meanwhile, as a
+        request waiting in vLLM is); a faulty one fails on its turn too.
         """
 
         async def run() -> None:
-            self.start(proto, req, fault)
+            scheduler, cache = self.scheduler, self.cache
+            turn = scheduler.enter() if scheduler is not None else None
+            cached, prompt = None, 0
+            if cache is not None and fault is None:  # looked up (and kept) on arrival
+                tokens = token_ids(message_texts(req.messages))
+                cached, prompt = cache.serve(tokens), len(tokens)
+            self.start(proto, req, fault, cached, prompt)
             try:
-                await play(*args)
+                if scheduler is None:
+                    await play(cached)
+                    return
+                if turn is not None:
+                    await scheduler.wait(turn)
+                try:
+                    await play(cached)
+                finally:
+                    scheduler.leave()
             finally:
                 self.release(proto)
 
@@ -225,30 +293,45 @@ class Stub:
         hold = self.config.hold
         rid, call_id, created = self._ids()
         if req.stream:
-            usage = self.config.stream_usage and bool(req.stream_options and req.stream_options.include_usage)
-            frames = stream_frames(answer, rid, created, req.model, call_id, usage)
-            head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
-            return self._later(proto, req, fault, stream_fault, proto, fault, head, frames, keep, hold)
+            frames = stream_frames(answer, rid, created, req.model, call_id, self._usage_wanted(req))
+            head = self._stream_head(keep)
+            return self._later(proto, req, fault, lambda _: stream_fault(proto, fault, head, frames, keep, hold))
         payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
-        return self._later(proto, req, fault, answer_fault, proto, fault, payload, keep, hold)
+        return self._later(proto, req, fault, lambda _: answer_fault(proto, fault, payload, keep, hold))
 
-    async def _answer_later(self, proto: HttpProtocol, payload: bytes, keep: bool) -> None:
-        await asyncio.sleep(self.config.hold)
-        proto.finish(payload, keep)
-
-    async def _stream_later(self, proto: HttpProtocol, head: bytes, frames: list[bytes], keep: bool) -> None:
-        if self.config.hold:
-            await asyncio.sleep(self.config.hold)
-        delay = self.config.chunk_delay
-        if not delay:
-            proto.write(head + chunked(frames))
-        else:
-            proto.write(head + chunked(frames[:1]))
-            for frame in frames[1:]:
-                await asyncio.sleep(delay)
-                await proto.drain()
-                proto.write(chunked([frame]))
-        proto.finish(CHUNKED_END, keep)
+    async def _generate(
+        self, proto: HttpProtocol, req: ChatRequest, answer: Answer, keep: bool, cached: int | None
+    ) -> None:
+        """Generate an answer: the first token after hold (+ prefill), then one per chunk delay."""
+        cfg = self.config
+        wait = cfg.hold
+        if cached is not None:
+            answer = dataclasses.replace(answer, cached_tokens=cached)
+            wait += cfg.prefill_ms_per_1k_tokens * (answer.prompt_tokens - cached) / 1e6
+        rid, call_id, created = self._ids()
+        if not req.stream:
+            payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
+            if wait:
+                await asyncio.sleep(wait)
+            proto.finish(payload, keep)
+            return
+        opening, tokens, closing = stream_parts(answer, rid, created, req.model, call_id, self._usage_wanted(req))
+        if wait:
+            await asyncio.sleep(wait)
+        delay = cfg.chunk_delay
+        if not delay or len(tokens) < 2:
+            proto.finish(self._stream_head(keep) + chunked(opening + tokens + closing) + CHUNKED_END, keep)
+            return
+        # The role chunk goes with the first token, as vLLM sends both on its first step;
+        # the finish chunk, usage and [DONE] go with the last: no engine step between them.
+        proto.write(self._stream_head(keep) + chunked(opening + tokens[:1]))
+        for frame in tokens[1:-1]:
+            await asyncio.sleep(delay)
+            await proto.drain()
+            proto.write(chunked([frame]))
+        await asyncio.sleep(delay)
+        await proto.drain()
+        proto.finish(chunked(tokens[-1:] + closing) + CHUNKED_END, keep)
 
 
 async def serve(config: StubConfig, host: str, port: int) -> None:
