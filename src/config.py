@@ -8,6 +8,7 @@ with a message that names the key.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from pathlib import Path
@@ -15,13 +16,16 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from domain.routing import find_alias_clash
 
 PositiveFloat = Annotated[float, Meta(gt=0)]
 PositiveInt = Annotated[int, Meta(gt=0)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
+Port = Annotated[int, Meta(ge=1, le=65535)]
+DEFAULT_SCHEME: Literal["http", "https"] = "http"
+DEFAULT_REFRESH_SECONDS = 5.0  # Envoy's STRICT_DNS default
 
 
 class ConfigError(Exception):
@@ -67,6 +71,24 @@ class AdmissionTable(Section):
     max_queued_per_consumer: PositiveInt | None = None  # one consumer's share of the queue
 
 
+class EndpointsTable(Section):
+    """An upstream's replicas (docs/operations.md "Replicas"): fixed `urls`, or `dns` re-resolved
+    every `refresh_seconds`; the slots of ONE replica are required. The dns-only keys stay
+    unset with `urls` (an error if given) and get their defaults with `dns`."""
+
+    sequence_slots: PositiveInt  # the physical slots of ONE replica (its --max-num-seqs)
+    max_in_flight: PositiveInt  # the most this gateway sends ONE replica at once, <= sequence_slots
+    urls: Annotated[list[str], Meta(min_length=1)] | UnsetType = UNSET
+    dns: Annotated[str, Meta(min_length=1)] | UnsetType = UNSET
+    port: Port | UnsetType = UNSET  # required with dns
+    scheme: Literal["http", "https"] | UnsetType = UNSET  # with dns; default "http"
+    refresh_seconds: PositiveFloat | UnsetType = UNSET  # with dns; default 5
+    nameservers: list[str] | UnsetType = UNSET  # with dns; "HOST[:PORT]"; default [] (the system resolver)
+    def replica_urls(self) -> list[str]:
+        """The fixed replicas' base URLs (`scheme://host:port`), for `urls` (checked, normalised)."""
+        return list(self.urls) if isinstance(self.urls, list) else []
+
+
 class UpstreamConfig(Section):
     url: str
     models: Annotated[list[str], Meta(min_length=1)]
@@ -74,6 +96,8 @@ class UpstreamConfig(Section):
     # exact `models` of every upstream; the upstream is then called with its first model name.
     aliases: list[Annotated[str, Meta(min_length=1)]] = msgspec.field(default_factory=list)
     admission: AdmissionTable | None = None
+    # Optional: the upstream's replicas, each request bound to one with a free slot.
+    endpoints: EndpointsTable | None = None
     connect_timeout_seconds: PositiveFloat = 5.0
     # A non-streaming answer sends its headers only when generation is done.
     first_byte_timeout_seconds: PositiveFloat = 600.0
@@ -143,6 +167,7 @@ def _check(config: Config) -> None:
         raise ConfigError("upstreams: at least one upstream is required")
     seen_addresses: dict[tuple[str, str, int], str] = {}
     seen_models: dict[str, str] = {}
+    seen_replicas: dict[str, str] = {}
     for name, upstream in config.upstreams.items():
         key = f"upstreams.{name}"
         parts = urlsplit(upstream.url)
@@ -169,6 +194,13 @@ def _check(config: Config) -> None:
                 f"{key}.admission.max_in_flight ({table.max_in_flight}) must be below "
                 f"sequence_slots ({table.sequence_slots}) to leave operator headroom"
             )
+        if upstream.endpoints is not None:
+            if table is None:
+                raise ConfigError(
+                    f"{key}.admission is required when {key}.endpoints is present: the upstream's cap "
+                    "and queue are what replicas are picked under"
+                )
+            _check_endpoints(f"{key}.endpoints", upstream.endpoints, seen_replicas, name)
     _check_aliases(config)
     if config.admission.backend == "redis" and not config.admission.redis_url:
         raise ConfigError("admission.redis_url is required when admission.backend = 'redis'")
@@ -179,6 +211,91 @@ def _check(config: Config) -> None:
         )
     if config.auth.mode == "required" and not config.auth.keys_file:
         raise ConfigError("auth.keys_file is required when auth.mode = 'required'")
+
+
+_DNS_NAME = re.compile(r"(?=.{1,253}\.?$)([A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?\.)*"
+                       r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?\.?")
+_DNS_ONLY = ("port", "scheme", "refresh_seconds", "nameservers")
+
+
+def _check_endpoints(key: str, table: EndpointsTable, seen: dict[str, str], name: str) -> None:
+    """Exactly one of `urls` / `dns`, each replica once, slots that fit; fills the dns defaults."""
+    if table.max_in_flight > table.sequence_slots:
+        raise ConfigError(
+            f"{key}.max_in_flight ({table.max_in_flight}) must be at most sequence_slots "
+            f"({table.sequence_slots}): more would queue inside the replica"
+        )
+    has_urls, has_dns = table.urls is not UNSET, table.dns is not UNSET
+    if has_urls == has_dns:
+        raise ConfigError(f"{key}: exactly one of '{key}.urls' or '{key}.dns' is required")
+    if isinstance(table.urls, list):
+        for field in _DNS_ONLY:
+            if getattr(table, field) is not UNSET:
+                raise ConfigError(f"{key}.{field} applies only with '{key}.dns', not with '{key}.urls'")
+        table.urls = [_replica_url(f"{key}.urls[{i}]", url, seen, name) for i, url in enumerate(table.urls)]
+        return
+    assert isinstance(table.dns, str)
+    if not _DNS_NAME.fullmatch(table.dns) or _is_ip(table.dns):
+        raise ConfigError(f"{key}.dns must be a DNS name (each A/AAAA record is a replica), got '{table.dns}'")
+    if table.port is UNSET:
+        raise ConfigError(f"missing required key '{key}.port' (required with '{key}.dns')")
+    if table.scheme is UNSET:
+        table.scheme = DEFAULT_SCHEME
+    if table.refresh_seconds is UNSET:
+        table.refresh_seconds = DEFAULT_REFRESH_SECONDS
+    if table.nameservers is UNSET:
+        table.nameservers = []  # the system resolver
+    for i, server in enumerate(table.nameservers):
+        nameserver(server, f"{key}.nameservers[{i}]")
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _replica_url(key: str, url: str, seen: dict[str, str], name: str) -> str:
+    """A replica's base URL, normalised to `scheme://host:port`; each replica belongs to one upstream."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if (parts.scheme not in ("http", "https") or not parts.hostname or port == -1
+            or parts.path.strip("/") or parts.query or parts.fragment or parts.username):
+        raise ConfigError(f"{key} must be an http(s) URL of a server root (scheme://host[:port]), got '{url}'")
+    host = parts.hostname.lower()
+    host = f"[{host}]" if ":" in host else host
+    base = f"{parts.scheme}://{host}:{port or (443 if parts.scheme == 'https' else 80)}"
+    if base in seen:
+        where = "this upstream" if seen[base] == name else f"upstreams.{seen[base]}"
+        raise ConfigError(f"{key}: replica {base} is already listed by {where}; one replica, one upstream")
+    seen[base] = name
+    return base
+
+
+def nameserver(text: str, key: str = "nameservers") -> tuple[str, int]:
+    """`HOST[:PORT]` of a DNS server (HOST an IP address; `[v6]:PORT` with a port) -> (host, port)."""
+    host, port = text, 53
+    if text.startswith("["):
+        inner, sep, rest = text[1:].partition("]")
+        host = inner
+        if rest:
+            if not rest.startswith(":") or not rest[1:].isdigit():
+                host = ""
+            else:
+                port = int(rest[1:])
+        elif not sep:
+            host = ""
+    elif text.count(":") == 1:
+        host, _, digits = text.partition(":")
+        port = int(digits) if digits.isdigit() else -1
+    if not _is_ip(host) or not 0 < port < 65536:
+        raise ConfigError(f"{key} must be HOST[:PORT] with HOST an IP address (e.g. '10.96.0.10:53'), got '{text}'")
+    return host, port
 
 
 def _check_aliases(config: Config) -> None:
