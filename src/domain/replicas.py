@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -43,6 +44,14 @@ class Replica(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     def free(self) -> int:
         return self.limit - self.in_flight
+
+
+def endpoint_of(address: str) -> str:
+    """A replica's `host:port` (its metrics label and log field) from its base URL."""
+    parts = urlsplit(address)
+    host = parts.hostname or address
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def pick(replicas: Sequence[Replica], slots: int = 1, after: str | None = None) -> Replica | None:

@@ -10,18 +10,20 @@ from domain.canonical import ChatRequest, ChatResponse, ChunkBatch
 
 
 class UpstreamClient(Protocol):
-    """One model server (one upstream address).
+    """One model server (one upstream address), or one of its replicas.
 
     Failures are raised as `domain.errors` types. Cancelling a call aborts the
-    upstream request, so the model server stops generating at once.
+    upstream request, so the model server stops generating at once. `replica` is the
+    base URL of the replica the request's admission chose (`[endpoints]`); None calls
+    the upstream's own `url`.
     """
 
-    async def complete(self, request: ChatRequest) -> ChatResponse:
+    async def complete(self, request: ChatRequest, replica: str | None = None) -> ChatResponse:
         """Answer a non-streaming request."""
         ...
 
     def open_stream(
-        self, request: ChatRequest
+        self, request: ChatRequest, replica: str | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         """Start a streaming request.
 

@@ -2,6 +2,8 @@
 
 Each upstream address has one `aiohttp.ClientSession` (`session.py`), opened and closed
 by the container; the client looks its session up by its upstream name on each call.
+An upstream with `[endpoints]` is called at the replica its admission chose (`replica`,
+the replica's base URL), on that replica's own session (`replica_sessions.py`).
 
 Three timeouts, because the wait for headers and the gaps between body reads need
 different bounds (a non-streaming answer sends its headers only when generation is
@@ -16,7 +18,7 @@ A stream ends for its consumer as soon as `[DONE]` arrives (`chunk_stream.py`).
 
 A POST that meets a keep-alive connection the upstream closed or reset before the
 answer's head arrived (the keep-alive race: the upstream never read it) is sent again,
-once; aiohttp resends only idempotent methods itself.
+once, to the same replica; aiohttp resends only idempotent methods itself.
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ from domain.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from domain.replicas import endpoint_of
 from ports.telemetry import AttributeValue, Span
 
 from .chunk_stream import ChunkStream
 from .context_errors import upstream_rejection
+from .replica_sessions import ReplicaSessions
 from .request_body import encode_chat, encode_tokenize
 from .session import Attempt
 from .stream_mapping import response_from_completion
@@ -64,7 +68,8 @@ class OpenAICompatClient:
     """One upstream server; share one instance per upstream address."""
 
     __slots__ = (
-        "_chat_url", "_first_byte", "_idle", "_sessions", "_timeout", "_tokenize_url", "_tracer", "name",
+        "_chat_url", "_first_byte", "_idle", "_replica_urls", "_replicas", "_sessions", "_timeout", "_tokenize_url",
+        "_tracer", "name",
     )
 
     def __init__(
@@ -77,10 +82,13 @@ class OpenAICompatClient:
         first_byte_timeout: float = 600.0,
         idle_timeout: float = 120.0,
         tracer: ClientTracer | None = None,
+        replicas: ReplicaSessions | None = None,
     ) -> None:
         root = base_url.rstrip("/")
         self.name = name
         self._sessions = sessions  # this upstream's is `sessions[name]`, open while the app runs
+        self._replicas = ReplicaSessions() if replicas is None else replicas  # [endpoints]: a session per replica
+        self._replica_urls: dict[str, URL] = {}  # replica base URL -> its chat URL
         self._tracer = tracer
         self._chat_url = URL(root + "/v1/chat/completions")
         self._tokenize_url = URL(root + "/tokenize")
@@ -92,16 +100,21 @@ class OpenAICompatClient:
     def __repr__(self) -> str:
         return f"OpenAICompatClient({self.name!r}, {str(self._chat_url.origin())!r})"
 
-    async def complete(self, request: ChatRequest) -> ChatResponse:
+    async def complete(self, request: ChatRequest, replica: str | None = None) -> ChatResponse:
         body = encode_chat(request, stream=False)
-        span, headers = self._client_span(request, _JSON)
+        session, url = self._target(replica)
+        span, headers = self._client_span(request, _JSON, url, replica)
         try:
-            resp = await self._post(self._chat_url, body, headers)
             try:
-                await self._check_status(resp)
-                raw = await self._read_all(resp)
+                resp = await self._post(session, url, body, headers)
+                try:
+                    await self._check_status(resp)
+                    raw = await self._read_all(resp)
+                finally:
+                    resp.close()  # no-op for the connection once the body was read to its end
             finally:
-                resp.close()  # no-op for the connection once the body was read to its end
+                if replica is not None:
+                    self._replicas.release(replica)
             response = response_from_completion(raw)
         except BaseException as exc:
             _end_span(span, exc)
@@ -113,34 +126,58 @@ class OpenAICompatClient:
             span.end()
         return response
 
-    def _client_span(self, request: ChatRequest, headers: dict[str, str]) -> tuple[Span | None, dict[str, str]]:
+    def _target(self, replica: str | None) -> tuple[aiohttp.ClientSession, URL]:
+        """The session and chat URL of this call: the upstream's, or the chosen replica's.
+
+        A replica's session is acquired here: the caller releases it when the call is over.
+        """
+        if replica is None:
+            return self._sessions[self.name], self._chat_url
+        url = self._replica_urls.get(replica)
+        if url is None:
+            if len(self._replica_urls) >= 1024:  # replicas come and go with DNS: stay bounded
+                self._replica_urls.clear()
+            url = self._replica_urls[replica] = URL(replica.rstrip("/") + "/v1/chat/completions")
+        return self._replicas.acquire(replica), url
+
+    def _client_span(
+        self, request: ChatRequest, headers: dict[str, str], url: URL, replica: str | None
+    ) -> tuple[Span | None, dict[str, str]]:
         """A client span for this call (when tracing is on) and headers carrying its context."""
         if self._tracer is None:
             return None, headers
-        span, carrier = self._tracer.start_client(
-            f"chat {request.model}",
-            {"gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
-             "gateway.upstream": self.name, "server.address": self._chat_url.host or "",
-             "server.port": self._chat_url.port or 0, "gen_ai.request.stream": request.stream},
-        )
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": request.model, "gateway.upstream": self.name,
+            "server.address": url.host or "", "server.port": url.port or 0, "gen_ai.request.stream": request.stream,
+        }  # fmt: skip
+        if replica is not None:
+            attributes["gateway.endpoint"] = endpoint_of(replica)
+        span, carrier = self._tracer.start_client(f"chat {request.model}", attributes)
         return span, {**headers, **carrier}
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
-        span, headers = self._client_span(request, _SSE)
+    async def open_stream(
+        self, request: ChatRequest, replica: str | None = None
+    ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
+        session, url = self._target(replica)
+        span, headers = self._client_span(request, _SSE, url, replica)
         try:
-            resp = await self._post(self._chat_url, encode_chat(request, stream=True), headers)
-            stream = ChunkStream(resp, self._read)
             try:
-                await self._check_status(resp)
-                if resp.content_type != "text/event-stream":
-                    message = _error_message(await self._read_all(resp))
-                    raise UpstreamProtocolError(
-                        f"upstream '{self.name}' answered {resp.content_type}, not an event stream: {message}"
-                    )
-                yield stream
+                resp = await self._post(session, url, encode_chat(request, stream=True), headers)
+                stream = ChunkStream(resp, self._read)
+                try:
+                    await self._check_status(resp)
+                    if resp.content_type != "text/event-stream":
+                        message = _error_message(await self._read_all(resp))
+                        raise UpstreamProtocolError(
+                            f"upstream '{self.name}' answered {resp.content_type}, not an event stream: {message}"
+                        )
+                    yield stream
+                finally:
+                    stream.close()
             finally:
-                stream.close()
+                if replica is not None:
+                    self._replicas.release(replica)
         except BaseException as exc:
             _end_span(span, exc)
             raise
@@ -148,7 +185,7 @@ class OpenAICompatClient:
 
     async def count_tokens(self, request: ChatRequest) -> int:
         body = encode_tokenize(request)
-        resp = await self._post(self._tokenize_url, body, _JSON)
+        resp = await self._post(self._sessions[self.name], self._tokenize_url, body, _JSON)
         try:
             if resp.status == 404:
                 raise NotSupported("upstream has no /tokenize")
@@ -163,7 +200,9 @@ class OpenAICompatClient:
 
     # --- transport -------------------------------------------------------------------
 
-    async def _post(self, url: URL, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+    async def _post(
+        self, session: aiohttp.ClientSession, url: URL, body: bytes, headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
         """Send `body` and wait for the response headers; failures as domain errors.
 
         `request.request_id` is deliberately not sent as `X-Request-Id`: vLLM uses that
@@ -172,7 +211,7 @@ class OpenAICompatClient:
         """
         try:
             async with asyncio.timeout(self._first_byte):
-                return await self._send(url, body, headers)
+                return await self._send(session, url, body, headers)
         except aiohttp.ConnectionTimeoutError as exc:  # before TimeoutError: it is one
             raise UpstreamTimeout(f"upstream '{self.name}' connect timed out") from exc
         except TimeoutError as exc:
@@ -191,9 +230,10 @@ class OpenAICompatClient:
             log.warning("upstream %s request failed: %s", self.name, exc)
             raise UpstreamError(f"upstream '{self.name}' request failed") from exc
 
-    async def _send(self, url: URL, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        """One POST, sent again once if a reused connection died before the answer's head."""
-        session = self._sessions[self.name]
+    async def _send(
+        self, session: aiohttp.ClientSession, url: URL, body: bytes, headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
+        """One POST, sent again once (to the same address) if a reused connection died before the answer's head."""
         attempt = Attempt()
         try:
             return await session.post(
