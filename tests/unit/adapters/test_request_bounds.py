@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from adapters.inbound._shared.edge import Call
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.anthropic.mapping import decode_count_tokens, decode_messages
 from adapters.inbound.openai.mapping import decode_request
@@ -214,3 +215,10 @@ def test_the_keys_reach_the_decoders() -> None:
 def test_bad_values_are_config_errors_naming_the_key(line: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config_text(f"[server]\n{line}\n" + CONFIG)
+
+
+def test_the_record_cuts_a_model_name_at_256_whatever_set_it() -> None:
+    """The decoders refuse longer names; the record is cut anyway, for every observer (log, metrics, traces)."""
+    call = Call({"headers": [], "path": "/v1/chat/completions"}, None, "openai")
+    call.record.model = "claude-" + "x" * 30_000
+    assert call.close_record().model == ("claude-" + "x" * 30_000)[:256]
