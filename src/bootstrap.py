@@ -154,6 +154,8 @@ def _input_limits(config: Config, router: ModelRouter | None = None) -> InputLim
     return InputLimits(
         max_header_bytes=server.max_header_bytes, body_timeout_seconds=server.body_timeout_seconds,
         max_messages=server.max_messages, max_content_blocks=server.max_content_blocks, max_output_tokens=caps,
+        max_stop_sequences=server.max_stop_sequences, max_tools=server.max_tools,
+        max_tool_schema_bytes=server.max_tool_schema_bytes, media_url_schemes=frozenset(server.media_url_schemes),
     )
 
 

@@ -45,7 +45,15 @@ class ServerConfig(Section):
     header_timeout_seconds: PositiveFloat = 10.0
     body_timeout_seconds: PositiveFloat = 30.0
     max_messages: PositiveInt = 2048
-    max_content_blocks: PositiveInt = 512
+    max_content_blocks: PositiveInt = 512  # per list of blocks, at every level
+    # Bounds on the rest of what a client sizes (SECURITY.md), and the image URLs an upstream
+    # may be made to fetch (`data:` images count toward max_body_bytes like any content).
+    max_stop_sequences: PositiveInt = 16
+    max_tools: PositiveInt = 256
+    max_tool_schema_bytes: PositiveInt = 65536
+    media_url_schemes: list[Literal["https", "http", "data"]] = msgspec.field(
+        default_factory=lambda: ["https", "data"]
+    )
     drain_grace_seconds: PositiveFloat = 30.0
     # uvicorn's backstop: connections plus running requests per process (admission is the real limit).
     limit_concurrency: PositiveInt = 4096

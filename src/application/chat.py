@@ -157,8 +157,8 @@ class ChatService:
             if meter.reported is None:
                 yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
 
-    async def count_tokens(self, request: ChatRequest) -> int:
-        upstream, request = self._route(request, None)
+    async def count_tokens(self, request: ChatRequest, record: RequestRecord | None = None) -> int:
+        upstream, request = self._route(request, record)
         return await self._upstreams[upstream].count_tokens(request)
 
     # --- admission ---------------------------------------------------------------
@@ -168,7 +168,7 @@ class ChatService:
         upstream's own model name (the dialect still answers with the name the client used)."""
         upstream, model = self._router.resolve(request.model)
         if record is not None:
-            record.upstream = upstream
+            record.upstream, record.upstream_model = upstream, model
             record.model = request.model
         if model != request.model:
             request = msgspec.structs.replace(request, model=model)

@@ -16,8 +16,11 @@ class RequestRecord(Struct, kw_only=True):
     method: str
     status: int
     duration_seconds: float
-    model: str | None = None
+    model: str | None = None  # the client's name for it (cut at 256 characters)
     upstream: str | None = None
+    # The configured model name the upstream was called with (an alias resolved): metrics
+    # label with it, never with the client's string, so clients cannot add series.
+    upstream_model: str | None = None
     stream: bool = False
     error_kind: str | None = None
     client_gone: bool = False

@@ -124,7 +124,7 @@ class PrometheusMetrics:
         if record.first_token_seconds is not None:
             ttft.observe(record.first_token_seconds)
         if record.input_tokens or record.output_tokens:
-            model = record.model or ""
+            model = record.upstream_model or ""  # configured names only: a bounded label set
             tokens = self._token_children.get((upstream, model))
             if tokens is None:
                 tokens = self._token_children[upstream, model] = (

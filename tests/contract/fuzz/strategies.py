@@ -89,6 +89,15 @@ def optional(draw: Callable[..., Any], out: dict[str, Any], key: str, valid: st.
 
 TEXT = st.text(max_size=30) | st.just("use f")  # "use f": the stub answers with a call of tool f
 MODELS = st.sampled_from([MODEL, MODEL, MODEL, "unknown-model", ""])
+# Image URLs: ones that pass (so the mapping past the check is fuzzed too), ones the edge refuses
+# (other schemes, internal hosts in odd spellings), and any text.
+URLS = st.one_of(
+    st.sampled_from(["https://img.example.com/cat.png", "data:image/png;base64,iVBORw0KGgo=", "HTTPS://EXAMPLE.COM"]),
+    st.sampled_from(["file:///etc/passwd", "http://169.254.169.254/", "https://2852039166/", "https://[::ffff:7f00:1]/",
+                     "https://0x7f.1/", "https://localhost./", "https://exa\\mple.com@10.0.0.1/", "https://[::1%25lo]/",
+                     "https://" + "a" * 300 + ".com/", "https://1.2.3.4.5/", "gopher://x:70/_", " https://x.com/"]),
+    TEXT,
+)
 SCHEMAS = st.one_of(
     st.just({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
     st.just({"type": "object", "properties": {"q": {"$ref": "#/nowhere"}}}),
@@ -108,7 +117,7 @@ def openai_part(draw: Callable[..., Any]) -> Any:
     if kind == "text":
         return {"type": "text", "text": draw(field(TEXT))}
     if kind == "image_url":
-        return {"type": "image_url", "image_url": draw(field(st.fixed_dictionaries({"url": TEXT})))}
+        return {"type": "image_url", "image_url": draw(field(st.fixed_dictionaries({"url": URLS})))}
     return {"type": kind, "data": draw(TEXT)}
 
 
@@ -165,14 +174,16 @@ def anthropic_block(draw: Callable[..., Any]) -> Any:
         source = st.one_of(
             st.fixed_dictionaries({"type": st.just("base64"), "media_type": st.sampled_from(["image/png", "text/x"]),
                                    "data": TEXT}),
-            st.fixed_dictionaries({"type": st.just("url"), "url": TEXT}),
+            st.fixed_dictionaries({"type": st.just("url"), "url": URLS}),
             st.fixed_dictionaries({"type": st.just("file"), "file_id": TEXT}),
         )
         return {"type": "image", "source": draw(field(source))}
     if kind == "tool_use":
         return {"type": "tool_use", "id": draw(field(TEXT)), "name": "f", "input": draw(field(st.just({"q": "x"})))}
     if kind == "tool_result":
-        content = TEXT | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}), max_size=3)
+        inner = st.one_of(st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}), st.fixed_dictionaries(
+            {"type": st.just("image"), "source": st.fixed_dictionaries({"type": st.just("url"), "url": URLS})}))
+        content = TEXT | st.lists(inner, max_size=3)
         return {"type": "tool_result", "tool_use_id": draw(field(TEXT)), "content": draw(field(content)),
                 "is_error": draw(field(st.booleans()))}
     if kind == "thinking":

@@ -90,7 +90,7 @@ class FakeService:
         finally:
             self.closed.set()
 
-    async def count_tokens(self, request: ChatRequest) -> int:
+    async def count_tokens(self, request: ChatRequest, record: RequestRecord | None = None) -> int:
         if isinstance(self.count, Exception):
             raise self.count
         return self.count

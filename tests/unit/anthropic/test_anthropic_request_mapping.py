@@ -107,13 +107,13 @@ def test_system_turns_inside_messages_keep_their_place() -> None:
 def test_images_base64_and_url() -> None:
     content = [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QUJD"}},
-        {"type": "image", "source": {"type": "url", "url": "https://x/y.jpg"}},
+        {"type": "image", "source": {"type": "url", "url": "https://img.example.com/y.jpg"}},
         {"type": "text", "text": "what?"},
     ]
     request = decode(messages=[{"role": "user", "content": content}])
     assert request.messages[0].content == [
         ImagePart(url="data:image/png;base64,QUJD"),
-        ImagePart(url="https://x/y.jpg"),
+        ImagePart(url="https://img.example.com/y.jpg"),
         TextPart(text="what?"),
     ]
 
@@ -140,7 +140,7 @@ def test_tool_round_trip_history() -> None:
                     "is_error": True,
                     "content": [
                         {"type": "text", "text": "boom"},
-                        {"type": "image", "source": {"type": "url", "url": "https://i"}},
+                        {"type": "image", "source": {"type": "url", "url": "https://img.example.com/i"}},
                     ],
                 },
                 {"type": "tool_result", "tool_use_id": "toolu_3"},
@@ -159,7 +159,8 @@ def test_tool_round_trip_history() -> None:
     assert user.content == [
         ToolResultPart(tool_use_id="toolu_1", content=[TextPart(text="sunny")]),
         ToolResultPart(
-            tool_use_id="toolu_2", content=[TextPart(text="boom"), ImagePart(url="https://i")], is_error=True
+            tool_use_id="toolu_2", content=[TextPart(text="boom"), ImagePart(url="https://img.example.com/i")],
+            is_error=True,
         ),
         ToolResultPart(tool_use_id="toolu_3", content=[]),
         TextPart(text="thanks"),

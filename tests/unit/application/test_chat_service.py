@@ -308,4 +308,7 @@ async def test_an_alias_calls_the_upstream_with_its_own_model_name() -> None:
     assert await chat.count_tokens(asked) == 3
     assert [call.model for call in upstream.calls] == ["m", "m"]
     assert asked.model == "claude-sonnet-4-6"  # the dialect still has the client's name to answer with
-    assert (record.model, record.upstream) == ("claude-sonnet-4-6", "up")
+    assert (record.model, record.upstream, record.upstream_model) == ("claude-sonnet-4-6", "up", "m")
+    counted = RequestRecord(request_id="r", surface="s", route="/r", method="POST", status=0, duration_seconds=0)
+    await chat.count_tokens(ChatRequest(model="m2", messages=[]), counted)
+    assert (counted.model, counted.upstream_model) == ("m2", "m2")  # an exact name is its own label

@@ -24,6 +24,7 @@ from litestar import Request
 from litestar.exceptions import InternalServerException
 from litestar.response import Stream
 
+from adapters.inbound._shared.limits import MAX_MODEL_CHARS
 from domain.consumers import ANONYMOUS_IDENTITY, Identity, RateSnapshot
 from domain.errors import GatewayError, RequestTimeout
 from domain.records import RequestRecord
@@ -130,6 +131,9 @@ class Call:
             record.status = 499
         record.client_gone = self.gone
         record.duration_seconds = self.elapsed()
+        model = record.model
+        if model is not None and len(model) > MAX_MODEL_CHARS:  # the decoders refuse longer names
+            record.model = model[:MAX_MODEL_CHARS]
         return record
 
 

@@ -94,7 +94,7 @@ def router(context: EdgeContext) -> Router:
         call.record.upstream = service.upstream_for(chat.model)
         call.watch()
         try:
-            count = await service.count_tokens(chat)
+            count = await service.count_tokens(chat, call.record)
         except NotSupported:
             raise NotSupported(
                 f"Token counting is not available for model '{chat.model}': "

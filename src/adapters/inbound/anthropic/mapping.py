@@ -13,7 +13,18 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from adapters.inbound._shared.limits import InputLimits, too_many_blocks, too_many_messages, too_many_tokens
+from adapters.inbound._shared.limits import (
+    InputLimits,
+    check_model,
+    check_stop,
+    deep_json,
+    too_many_blocks,
+    too_many_messages,
+    too_many_tokens,
+    too_many_tools,
+    tool_schema_too_large,
+)
+from adapters.inbound._shared.media_urls import check_media_url
 from adapters.inbound.anthropic import schema as w
 from adapters.inbound.anthropic.validation import decode_body, invalid
 from domain.canonical import (
@@ -66,11 +77,13 @@ def decode_count_tokens(body: bytes, request_id: str, limits: InputLimits = _DEF
 
 
 def to_chat_request(params: w.CountTokensParams, request_id: str, limits: InputLimits = _DEFAULT_LIMITS) -> ChatRequest:
-    """Checks the limits (messages, blocks, `max_tokens`) while mapping."""
+    """Checks the limits (model name, messages, blocks, image URLs, `max_tokens`, stop
+    sequences, tools) while mapping."""
+    check_model(params.model)  # before anything routes on it
     if len(params.messages) > limits.max_messages:
         raise too_many_messages(len(params.messages), limits.max_messages)
-    messages = _conversation(params.system, params.messages, limits.max_content_blocks)
-    tools = [_tool(tool, i) for i, tool in enumerate(params.tools or ())]
+    messages = _conversation(params.system, params.messages, limits)
+    tools = _tools(params.tools or [], limits)
     request = ChatRequest(
         model=params.model,
         messages=messages,
@@ -88,6 +101,7 @@ def to_chat_request(params: w.CountTokensParams, request_id: str, limits: InputL
         request.max_tokens = params.max_tokens
         request.stream = params.stream
         request.stop = params.stop_sequences or []
+        check_stop(request.stop, limits.max_stop_sequences, "stop_sequences", lambda i: f"stop_sequences.{i}")
         request.temperature = params.temperature
         request.top_p = params.top_p
         request.top_k = params.top_k
@@ -96,13 +110,14 @@ def to_chat_request(params: w.CountTokensParams, request_id: str, limits: InputL
 
 
 def _conversation(
-    system: str | list[w.TextBlock] | None, turns: list[w.MessageParam], max_blocks: int
+    system: str | list[w.TextBlock] | None, turns: list[w.MessageParam], limits: InputLimits
 ) -> list[Message]:
     """A leading system message, then the turns with consecutive same-role turns merged.
 
     `system` turns inside `messages` stay where they are (OpenAI-compatible upstreams take
     system messages anywhere); the first turn that is not a system turn must be a user turn.
     """
+    max_blocks = limits.max_content_blocks
     out: list[Message] = []
     if type(system) is list and len(system) > max_blocks:
         raise too_many_blocks(len(system), max_blocks, "system")
@@ -117,7 +132,7 @@ def _conversation(
     for i, turn in enumerate(turns):
         if type(turn.content) is list and len(turn.content) > max_blocks:
             raise too_many_blocks(len(turn.content), max_blocks, f"messages.{i}.content")
-        parts = _parts(turn, i)
+        parts = _parts(turn, i, limits)
         if out and out[-1].role == turn.role:
             out[-1].content.extend(parts)
         else:
@@ -125,7 +140,7 @@ def _conversation(
     return out
 
 
-def _parts(turn: w.MessageParam, i: int) -> list[Part]:
+def _parts(turn: w.MessageParam, i: int, limits: InputLimits) -> list[Part]:
     if isinstance(turn.content, str):
         return [TextPart(text=turn.content)]
     assistant, user = turn.role == "assistant", turn.role == "user"
@@ -135,11 +150,11 @@ def _parts(turn: w.MessageParam, i: int) -> list[Part]:
             case w.TextBlock():
                 parts.append(TextPart(text=block.text))
             case w.ImageBlock() if assistant or user:
-                parts.append(_image(block))
+                parts.append(_image(block, f"messages.{i}.content.{j}", limits))
             case w.ToolUseBlock() if assistant:
                 parts.append(_tool_use(block, i, j))
             case w.ToolResultBlock() if user:
-                parts.append(_tool_result(block))
+                parts.append(_tool_result(block, f"messages.{i}.content.{j}", limits))
             case w.ThinkingBlock() if assistant:
                 parts.append(ThinkingPart(text=block.thinking, signature=block.signature or None))
             case w.RedactedThinkingBlock() if assistant:
@@ -154,10 +169,14 @@ def _parts(turn: w.MessageParam, i: int) -> list[Part]:
     return parts
 
 
-def _image(block: w.ImageBlock) -> ImagePart:
+def _image(block: w.ImageBlock, where: str, limits: InputLimits) -> ImagePart:
+    """An image as the URL the upstream gets; a `url` source must be one it may fetch."""
     source = block.source
     if isinstance(source, w.Base64Source):
-        return ImagePart(url=f"data:{source.media_type};base64,{source.data}")
+        url = f"data:{source.media_type};base64,{source.data}"
+        check_media_url(url, f"{where}.source", limits.media_url_schemes)  # `data` may be turned off
+        return ImagePart(url=url)
+    check_media_url(source.url, f"{where}.source.url", limits.media_url_schemes)
     return ImagePart(url=source.url)
 
 
@@ -168,25 +187,48 @@ def _tool_use(block: w.ToolUseBlock, i: int, j: int) -> ToolUsePart:
     return ToolUsePart(id=block.id, name=block.name, arguments=arguments.decode())
 
 
-def _tool_result(block: w.ToolResultBlock) -> ToolResultPart:
+def _tool_result(block: w.ToolResultBlock, where: str, limits: InputLimits) -> ToolResultPart:
+    """A tool's result: its blocks are bounded like a message's (`max_content_blocks`)."""
     content = block.content
     if isinstance(content, str):
         parts: list[TextPart | ImagePart] = [TextPart(text=content)] if content else []
     else:
-        parts = [TextPart(text=b.text) if isinstance(b, w.TextBlock) else _image(b) for b in content]
+        if len(content) > limits.max_content_blocks:
+            raise too_many_blocks(len(content), limits.max_content_blocks, f"{where}.content")
+        parts = [
+            TextPart(text=b.text) if isinstance(b, w.TextBlock) else _image(b, f"{where}.content.{k}", limits)
+            for k, b in enumerate(content)
+        ]
     return ToolResultPart(tool_use_id=block.tool_use_id, content=parts, is_error=bool(block.is_error))
 
 
-def _tool(tool: w.Tool, i: int) -> ToolSpec:
+def _tools(tools: list[w.Tool], limits: InputLimits) -> list[ToolSpec]:
+    if len(tools) > limits.max_tools:
+        raise too_many_tools(len(tools), limits.max_tools)
+    return [_tool(tool, i, limits.max_tool_schema_bytes) for i, tool in enumerate(tools)]
+
+
+def _tool(tool: w.Tool, i: int, max_schema_bytes: int) -> ToolSpec:
     if tool.type not in (None, "custom"):
         raise invalid(
             f"tools.{i}.type",
             f"Server tool '{tool.type}' is not supported by this gateway; "
             "declare a custom tool with an input_schema instead.",
         )
-    if tool.input_schema is None:
-        raise invalid(f"tools.{i}.input_schema", "Field required")
-    return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+    where, raw = f"tools.{i}.input_schema", tool.input_schema
+    if raw is msgspec.UNSET:
+        raise invalid(where, "Field required")
+    if len(raw) > max_schema_bytes:  # as received, before it is decoded
+        raise tool_schema_too_large(len(raw), max_schema_bytes, where)
+    try:
+        schema = w.SCHEMA_DECODER.decode(raw)
+    except msgspec.ValidationError as error:
+        raise invalid(where, str(error)) from None
+    except RecursionError:
+        raise deep_json() from None
+    if schema is None:
+        raise invalid(where, "Field required")
+    return ToolSpec(name=tool.name, description=tool.description, parameters=schema)
 
 
 def _tool_choice(choice: w.ToolChoice | None, tools: Sequence[ToolSpec]) -> ToolChoice | None:

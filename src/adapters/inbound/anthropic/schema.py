@@ -72,13 +72,19 @@ class MessageParam(Wire):
 # --- request: tools, choices, options -------------------------------------------------
 
 
+# A tool's JSON Schema, kept as received: its size is bounded as sent (`max_tool_schema_bytes`)
+# before it is decoded. `extra` keeps the API document saying what it is (Litestar reads it).
+_OBJECT_OR_NULL = {"oneOf": [{"additionalProperties": {}, "type": "object"}, {"type": "null"}]}
+ToolSchema = Annotated[msgspec.Raw, Meta(extra_json_schema={"extra": _OBJECT_OR_NULL})]
+
+
 class Tool(Wire):
     """A custom tool; a server tool is recognised by its versioned `type` and refused."""
 
     name: str
     type: str | None = None
     description: str | None = None
-    input_schema: dict[str, Any] | None = None
+    input_schema: ToolSchema | msgspec.UnsetType = msgspec.UNSET
 
 
 class ToolChoiceAuto(Wire, tag="auto"):
@@ -145,6 +151,7 @@ class MessagesParams(CountTokensParams, kw_only=True):
 
 
 MESSAGES_DECODER = msgspec.json.Decoder(MessagesParams)
+SCHEMA_DECODER = msgspec.json.Decoder(dict[str, Any] | None)  # a tool's `input_schema`
 COUNT_TOKENS_DECODER = msgspec.json.Decoder(CountTokensParams)
 
 

@@ -17,11 +17,16 @@ import msgspec
 
 from adapters.inbound._shared.limits import (
     InputLimits,
+    check_model,
+    check_stop,
     deep_json,
     too_many_blocks,
     too_many_messages,
     too_many_tokens,
+    too_many_tools,
+    tool_schema_too_large,
 )
+from adapters.inbound._shared.media_urls import check_media_url
 from adapters.inbound.openai import schema as w
 from domain.canonical import (
     ChatRequest,
@@ -81,7 +86,8 @@ _DEFAULT_LIMITS = InputLimits()
 def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEFAULT_LIMITS) -> OpenAIRequest:
     """Decode a chat-completions body; raises `InvalidRequest` naming the field.
 
-    `limits` bounds the number of messages, the parts of each and `max_tokens`.
+    `limits` bounds the model name, the number of messages, the parts of each, image URLs,
+    `max_tokens`, stop sequences and tools.
     """
     try:
         top = w.TOP_DECODER.decode(body)
@@ -94,6 +100,7 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
         raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise deep_json() from None
+    check_model(wire.model)  # before anything routes on it
     if len(wire.messages) > limits.max_messages:
         raise too_many_messages(len(wire.messages), limits.max_messages)
     extras: dict[str, Any] = {k: v for k, v in top.items() if k not in w.KNOWN_FIELDS}
@@ -108,26 +115,19 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
             choice = ToolChoice(mode="named", name=name, parallel=wire.parallel_tool_calls)
     elif "parallel_tool_calls" in top:  # no mode to attach it to: forward it as sent
         extras["parallel_tool_calls"] = top["parallel_tool_calls"]
-    stop = wire.stop
+    stop = _stop(wire.stop, limits)
     options = wire.stream_options
     max_tokens = _max_tokens(wire, limits.max_output_tokens.get(wire.model))
     chat = ChatRequest(
         model=wire.model,
-        messages=decode_messages(wire.messages, limits.max_content_blocks),
+        messages=decode_messages(wire.messages, limits),
         max_tokens=max_tokens,
         temperature=wire.temperature,
         top_p=wire.top_p,
         top_k=wire.top_k,
-        stop=[stop] if isinstance(stop, str) else (stop or []),
+        stop=stop,
         stream=bool(wire.stream),
-        tools=[
-            ToolSpec(
-                name=t.function.name,
-                description=t.function.description,
-                parameters=t.function.parameters or {},
-            )
-            for t in wire.tools or ()
-        ],
+        tools=_tools(wire.tools or [], limits),
         tool_choice=choice,
         user=wire.user,
         extras=extras,
@@ -149,25 +149,65 @@ def _max_tokens(wire: w.ChatCompletionRequest, cap: int | None) -> int | None:
     return cap if chosen is None else chosen
 
 
-def _parts(content: str | list[Any], keep_empty: bool = True) -> list[Part]:
-    if isinstance(content, str):
-        return [TextPart(text=content)] if content or keep_empty else []
-    out: list[Part] = []
-    for part in content:
-        if type(part) is w.TextContent:
-            out.append(TextPart(text=part.text))
-        else:
-            out.append(ImagePart(url=part.image_url.url, detail=part.image_url.detail))
+def _stop(stop: str | list[str] | None, limits: InputLimits) -> list[str]:
+    if isinstance(stop, str):
+        check_stop([stop], limits.max_stop_sequences, "stop", lambda _: "stop")
+        return [stop]
+    check_stop(stop or [], limits.max_stop_sequences, "stop", lambda i: f"stop[{i}]")
+    return stop or []
+
+
+def _tools(tools: list[w.FunctionTool], limits: InputLimits) -> list[ToolSpec]:
+    """The offered tools, each schema's size checked as received, then decoded."""
+    if len(tools) > limits.max_tools:
+        raise too_many_tools(len(tools), limits.max_tools)
+    out: list[ToolSpec] = []
+    for i, tool in enumerate(tools):
+        function = tool.function
+        parameters: dict[str, Any] = {}
+        if function.parameters is not msgspec.UNSET:
+            raw, where = function.parameters, f"tools[{i}].function.parameters"
+            if len(raw) > limits.max_tool_schema_bytes:
+                raise tool_schema_too_large(len(raw), limits.max_tool_schema_bytes, where)
+            parameters = _tool_schema(raw, where)
+        out.append(ToolSpec(name=function.name, description=function.description, parameters=parameters))
     return out
 
 
-def decode_messages(
-    messages: list[w.WireMessage], max_parts: int = _DEFAULT_LIMITS.max_content_blocks
-) -> list[Message]:
+def _tool_schema(raw: msgspec.Raw, where: str) -> dict[str, Any]:
+    try:
+        schema: dict[str, Any] | None = w.SCHEMA_DECODER.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"Invalid field `{where}`: {exc}.", param=where) from None
+    except RecursionError:
+        raise deep_json() from None
+    return schema or {}
+
+
+def _parts(content: str | list[Any], keep_empty: bool = True, where: str = "",
+           schemes: frozenset[str] = _DEFAULT_LIMITS.media_url_schemes) -> list[Part]:
+    """Content parts; an image's URL must be one the model server may fetch (`where`: the
+    message's path, to name a refused URL)."""
+    if isinstance(content, str):
+        return [TextPart(text=content)] if content or keep_empty else []
+    out: list[Part] = []
+    for j, part in enumerate(content):
+        if type(part) is w.TextContent:
+            out.append(TextPart(text=part.text))
+        else:
+            url = part.image_url.url
+            check_media_url(url, f"{where}.content[{j}].image_url.url", schemes)
+            out.append(ImagePart(url=url, detail=part.image_url.detail))
+    return out
+
+
+def decode_messages(messages: list[w.WireMessage], limits: InputLimits = _DEFAULT_LIMITS) -> list[Message]:
     """Wire messages -> canonical turns; consecutive tool results share one user turn.
 
-    A message with more than `max_parts` content parts (or tool calls) is refused.
+    A message with more than `max_content_blocks` content parts (or tool calls) is refused,
+    and so is an image URL the model server must not fetch.
     """
+    max_parts = limits.max_content_blocks
     out: list[Message] = []
     tool_turn: Message | None = None
     for i, m in enumerate(messages):
@@ -184,7 +224,8 @@ def decode_messages(
             continue
         tool_turn = None
         if isinstance(m, w.UserMessage):
-            out.append(Message(role="user", content=_parts(m.content), name=m.name))
+            content_parts = _parts(m.content, where=f"messages[{i}]", schemes=limits.media_url_schemes)
+            out.append(Message(role="user", content=content_parts, name=m.name))
         elif isinstance(m, w.AssistantMessage):
             if m.tool_calls is not None and len(m.tool_calls) > max_parts:
                 raise too_many_blocks(len(m.tool_calls), max_parts, f"messages[{i}].tool_calls")

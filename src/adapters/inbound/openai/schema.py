@@ -8,7 +8,7 @@ error paths (`$.messages[0].content`) name the offending field.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
@@ -71,10 +71,16 @@ class ToolMessage(Struct, tag="tool", tag_field="role", kw_only=True):
 WireMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
 
 
+# A tool's JSON Schema, kept as received: its size is bounded as sent (`max_tool_schema_bytes`)
+# before it is decoded. `extra` keeps the API document saying what it is (Litestar reads it).
+_OBJECT_OR_NULL = {"oneOf": [{"additionalProperties": {}, "type": "object"}, {"type": "null"}]}
+ToolSchema = Annotated[Raw, msgspec.Meta(extra_json_schema={"extra": _OBJECT_OR_NULL})]
+
+
 class FunctionDef(Struct, kw_only=True):
     name: str
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: ToolSchema | UnsetType = UNSET
 
 
 class FunctionTool(Struct, tag="function", tag_field="type", kw_only=True):
@@ -117,6 +123,7 @@ KNOWN_FIELDS = frozenset(ChatCompletionRequest.__struct_fields__)
 TOP_DECODER = msgspec.json.Decoder(dict[str, Raw])
 REQUEST_DECODER = msgspec.json.Decoder(ChatCompletionRequest)
 OBJECT_DECODER = msgspec.json.Decoder(dict[str, Any])
+SCHEMA_DECODER = msgspec.json.Decoder(dict[str, Any] | None)
 
 # --- response ------------------------------------------------------------------
 
