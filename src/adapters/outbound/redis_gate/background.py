@@ -32,6 +32,18 @@ _RETRY_SECONDS = 0.5  # pause before resubscribing after a pub/sub failure
 REDIS_DOWN: tuple[type[BaseException], ...] = (RedisError, OSError, asyncio.TimeoutError)
 
 
+class RedisHealth:
+    """What this process saw of Redis lately, for the metrics: `gateway_redis_reachable`
+    (the refresher's and heartbeat's last call answered) and
+    `gateway_lease_heartbeat_failures_total` (renewals that did not reach Redis)."""
+
+    __slots__ = ("heartbeat_failures", "reachable")
+
+    def __init__(self) -> None:
+        self.reachable = True
+        self.heartbeat_failures = 0
+
+
 async def heartbeat_loop(gate: LedgerCore) -> None:
     lease_ms = int(gate._lease * 1000)
     failing = False
@@ -53,10 +65,13 @@ async def heartbeat_loop(gate: LedgerCore) -> None:
                 elif owner == gate._owner:
                     gate._last_renewal = started
             await flush_pending(gate)
+            gate.health.reachable = True
             if failing:
                 log.warning("redis admission: Redis reachable again")
                 failing = False
         except REDIS_DOWN as error:
+            gate.health.reachable = False
+            gate.health.heartbeat_failures += 1
             if not failing:
                 log.warning("redis admission: heartbeat failed: %s", error)
                 failing = True
@@ -124,7 +139,9 @@ async def refresh_loop(gate: LedgerCore) -> None:
     while not gate._closed:
         try:
             await gate._pipeline("maintain", gate._owner)
+            gate.health.reachable = True
         except REDIS_DOWN as error:
+            gate.health.reachable = False
             log.debug("redis admission: refresh failed: %s", error)
         except Exception:
             log.exception("redis admission: refresh error")

@@ -19,7 +19,7 @@ from typing import Any
 
 from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
-from adapters.outbound.redis_gate.background import REDIS_DOWN
+from adapters.outbound.redis_gate.background import REDIS_DOWN, RedisHealth
 from adapters.outbound.redis_gate.connection import connect
 from adapters.outbound.redis_gate.tickets import EXPIRED, LOST, WAITING, RedisLease, RedisTicket
 from domain.admission import DEFAULT_RETRY_AFTER, EWMA_ALPHA, MAX_RETRY_AFTER, AdmissionPolicy
@@ -96,6 +96,7 @@ class LedgerCore:
         self._draining = self._closed = False
         self._idle = IdleSignal(self._is_idle)
         self.fence_count = 0
+        self.health = RedisHealth()
 
     # -- script calls ------------------------------------------------------------------
 
