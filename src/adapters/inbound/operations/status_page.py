@@ -172,7 +172,7 @@ def render(report: StatusReport) -> str:
         consumers = '<p class="mute">API keys are off: every request is the one anonymous consumer.</p>'
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1"><link rel="icon" href="data:,">'
         f"<title>gateway status</title><style>{_CSS}</style></head>"
         f'<body data-rows="{escape(page.rows)}"><header><h1>gateway</h1>'
         f'<span>{page.figure("ready")}</span>'
