@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # imported where used: a process without Redis or tracing nev
     from adapters.outbound.otel_tracing import OtelTelemetry
     from adapters.outbound.prometheus_metrics import PrometheusMetrics  # after PROMETHEUS_MULTIPROC_DIR is set
     from adapters.outbound.redis_gate import RedisAdmissionGate
+    from adapters.outbound.redis_gate.connection import RedisTarget
     from adapters.outbound.status_board import StatusBoard
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
@@ -127,16 +128,28 @@ async def _upstream_sessions(
         await asyncio.gather(*(session.close() for session in opened))
 
 
+def _redis_target(config: Config) -> RedisTarget | None:
+    """Where Redis is ([admission]: one URL, Sentinels, or a cluster); None with the memory backend."""
+    shared = config.admission
+    if shared.backend != "redis":
+        return None
+    from adapters.outbound.redis_gate.connection import RedisTarget
+
+    sentinels = tuple(parse_listen(s, "admission.redis_sentinels") for s in shared.redis_sentinels or ())
+    return RedisTarget(url=shared.redis_url, sentinels=sentinels, sentinel_master=shared.redis_sentinel_master,
+                       cluster=shared.redis_cluster)
+
+
 def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAdmissionGate:
     """The admission backend: one process (memory) or every process and pod (Redis)."""
     shared = config.admission
-    if shared.backend == "memory":
+    target = _redis_target(config)
+    if target is None:
         return InMemoryAdmissionGate(_policies(config), clock)
-    assert shared.redis_url is not None  # config checks it
     from adapters.outbound.redis_gate import RedisAdmissionGate
 
     return RedisAdmissionGate(
-        _policies(config), clock, shared.redis_url, shared.lease_seconds, shared.key_prefix,
+        _policies(config), clock, target, shared.lease_seconds, shared.key_prefix,
         on_fenced=_fenced,
     )
 
@@ -199,7 +212,7 @@ def _usage_ledger(config: Config) -> UsageLedger | None:
     if config.auth.mode == "off":
         return None
     shared = config.admission
-    return usage_ledger(shared.backend, shared.redis_url, shared.key_prefix)
+    return usage_ledger(shared.backend, _redis_target(config), shared.key_prefix)
 
 
 def _consumer_concurrency(config: Config) -> ConsumerConcurrency | None:
@@ -207,7 +220,7 @@ def _consumer_concurrency(config: Config) -> ConsumerConcurrency | None:
     if config.auth.mode == "off":
         return None
     shared = config.admission
-    return consumer_concurrency(shared.backend, shared.redis_url, shared.key_prefix, shared.lease_seconds)
+    return consumer_concurrency(shared.backend, _redis_target(config), shared.key_prefix, shared.lease_seconds)
 
 
 def _consumer_limits(

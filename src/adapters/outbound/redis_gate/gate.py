@@ -11,6 +11,7 @@ import asyncio
 
 from adapters.outbound.redis_gate import background, scripts
 from adapters.outbound.redis_gate.background import REDIS_DOWN
+from adapters.outbound.redis_gate.connection import prepare
 from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream, log
 from adapters.outbound.redis_gate.tickets import DRAINED, OpenLease, RedisLease, RedisTicket
 from domain.consumers import ANONYMOUS, Consumer
@@ -40,6 +41,7 @@ class RedisAdmissionGate(LedgerCore):
         if not self._capped or self._loops:
             return
         try:
+            await prepare(self._redis)
             await self._register()
         except REDIS_DOWN as error:
             log.warning("redis admission: cannot register at start (%s); retrying", error)

@@ -20,7 +20,7 @@ from typing import Any
 from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.background import REDIS_DOWN, RedisHealth
-from adapters.outbound.redis_gate.connection import connect
+from adapters.outbound.redis_gate.connection import RedisTarget, connect, run_scripts
 from adapters.outbound.redis_gate.tickets import EXPIRED, LOST, WAITING, RedisLease, RedisTicket
 from domain.admission import DEFAULT_RETRY_AFTER, EWMA_ALPHA, MAX_RETRY_AFTER, AdmissionPolicy
 from ports.clock import Clock
@@ -61,7 +61,7 @@ class LedgerCore:
     """State and Redis plumbing shared by the gate, its tickets and its loops."""
 
     def __init__(
-        self, policies: Mapping[str, AdmissionPolicy | None], clock: Clock, redis_url: str,
+        self, policies: Mapping[str, AdmissionPolicy | None], clock: Clock, redis_url: str | RedisTarget,
         lease_seconds: float = 10.0, key_prefix: str = "gateway", *,
         on_fenced: FencedHook | None = None, recheck_seconds: float = 1.0,
         refresh_seconds: float = 0.5, socket_timeout: float = 2.0,
@@ -106,10 +106,8 @@ class LedgerCore:
 
     async def _pipeline(self, name: str, *args: Any) -> list[int]:
         """The same script on every capped upstream, in one round trip."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for up in self._capped:
-                await self._scripts[name](keys=up.keys, args=[*up.args, *args], client=pipe)
-            replies = await pipe.execute()
+        script = self._scripts[name]
+        replies = await run_scripts(self._redis, [(script, up.keys, [*up.args, *args]) for up in self._capped])
         return [self._absorb(up, r)[0] for up, r in zip(self._capped, replies, strict=True)]
 
     def _absorb(self, up: Upstream, reply: list[Any]) -> tuple[int, int]:
