@@ -86,6 +86,7 @@ async def test_status_page_follows_the_queue_filling_and_draining(procs: Process
     runs = _runs(depth)
     peak = runs.index(4)
     assert len({v for v in runs[:peak] if 0 < v < 4}) >= 2, runs  # it rose step by step to the full queue...
-    assert runs[-1] == 0 and all(a >= b for a, b in zip(runs[peak:], runs[peak + 1:], strict=False)), runs  # ...then fell to 0
+    falling = zip(runs[peak:], runs[peak + 1:], strict=False)
+    assert runs[-1] == 0 and all(a >= b for a, b in falling), runs  # ...then fell to 0
     assert bar is not None and "width:0" in bar.replace(" ", ""), bar
     assert errors == [], errors
