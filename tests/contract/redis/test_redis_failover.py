@@ -66,7 +66,9 @@ async def test_sentinel_failover_under_load(procs: Processes, tmp_path: Path) ->
             assert sum(1 for _, status, _ in replies if status == 200) >= 4, replies  # serving on the first master
             redis.kill(redis.master)
             killed_at = time.monotonic()
-            while recovered() is None and time.monotonic() < killed_at + 20:
+            for _ in range(100):  # up to 20 s
+                if recovered() is not None:
+                    break
                 await asyncio.sleep(0.2)
             await asyncio.sleep(2)  # some more load on the new master
             stop_at = time.monotonic()
