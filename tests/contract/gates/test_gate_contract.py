@@ -281,3 +281,23 @@ async def test_concurrent_load_never_exceeds_the_cap(make_gate: MakeGate) -> Non
     await asyncio.wait_for(asyncio.gather(*(one() for _ in range(30))), 20)
     assert done == 30 and peak == 3
     assert gate.snapshot("up").in_use == 0 and gate.snapshot("up").queued == 0
+
+
+async def test_snapshot_reports_the_oldest_waiters_wait(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=1, depth=4, timeout=30.0)})
+    holder = await gate.enter("up")
+    assert gate.snapshot("up").oldest_wait_seconds is None  # nobody waits
+    ticket = await gate.enter("up")
+    started = time.monotonic()
+    await asyncio.sleep(0.6)
+    deadline = time.monotonic() + 3  # the Redis gate reads it with its refresher (0.5 s)
+    while (oldest := gate.snapshot("up").oldest_wait_seconds) is None or oldest < 0.5:
+        assert time.monotonic() < deadline, oldest
+        await asyncio.sleep(0.05)
+    assert 0.5 <= oldest <= time.monotonic() - started + 0.1
+    await ticket.cancel()
+    await holder.release()
+    deadline = time.monotonic() + 3
+    while gate.snapshot("up").oldest_wait_seconds is not None:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)

@@ -135,10 +135,27 @@ def dispatch(gate: LedgerCore, message: dict[str, Any]) -> None:
                 early.popitem(last=False)
 
 
+async def read_oldest(gate: LedgerCore) -> None:
+    """Each capped upstream's longest waiter (the queue deadline ZSET's first score, minus
+    the timeout), on this process's clock, for the snapshot's oldest wait (status page)."""
+    async with gate._redis.pipeline(transaction=False) as pipe:
+        for up in gate._capped:
+            pipe.zrange(up.deadlines, 0, 0, withscores=True)
+        replies = await pipe.execute()
+    now = gate._clock.now()
+    for up, first in zip(gate._capped, replies, strict=True):
+        if not first or up.policy is None:
+            up.oldest = None
+            continue
+        arrived_ms = float(first[0][1]) - up.policy.queue_timeout_seconds * 1000
+        up.oldest = now - max(0.0, up.stamp / 1000 - arrived_ms) / 1000  # stamp: the maintain reply's server time
+
+
 async def refresh_loop(gate: LedgerCore) -> None:
     while not gate._closed:
         try:
             await gate._pipeline("maintain", gate._owner)
+            await read_oldest(gate)
             gate.health.reachable = True
         except REDIS_DOWN as error:
             gate.health.reachable = False

@@ -105,9 +105,10 @@ class RedisAdmissionGate(LedgerCore):
         if up.policy is None:
             return GateSnapshot(in_use=up.open, queued=0, limit=None, queue_limit=None)
         in_use, queued = up.cache
+        oldest = None if not queued or up.oldest is None else max(0.0, self._clock.now() - up.oldest)
         return GateSnapshot(
             in_use=in_use, queued=queued, limit=up.policy.max_in_flight,
-            queue_limit=up.policy.queue_depth,
+            queue_limit=up.policy.queue_depth, oldest_wait_seconds=oldest,
         )
 
     def upstreams(self) -> list[str]:

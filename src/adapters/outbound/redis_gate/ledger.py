@@ -37,7 +37,8 @@ FencedHook = Callable[[str, int], None]  # (reason, leases and tickets lost)
 class Upstream:
     """Per-upstream local state: policy, keys, snapshot cache, counters, service time."""
 
-    __slots__ = ("args", "cache", "counts", "key", "keys", "open", "policy", "service", "stamp")
+    __slots__ = ("args", "cache", "counts", "deadlines", "key", "keys", "oldest", "open", "policy", "service",
+                 "stamp")
 
     def __init__(self, key: str, policy: AdmissionPolicy | None, prefix: str) -> None:
         self.key, self.policy = key, policy
@@ -45,6 +46,8 @@ class Upstream:
         self.args: list[Any] = [0 if policy is None else policy.max_in_flight, channel]
         self.cache = (0, 0)  # (in_use, queued) as last read from Redis
         self.stamp = 0  # server time (us) of the reply `cache` came from
+        self.deadlines = next(k for k in self.keys if k.endswith(":deadlines"))
+        self.oldest: float | None = None  # local-clock arrival of the longest waiter, as last read
         self.counts = dict.fromkeys(_COUNTER_NAMES, 0)
         self.open = 0  # leases held on an uncapped upstream
         self.service: float | None = None  # EWMA of this process's service times
