@@ -56,19 +56,19 @@ class Report:
 
 
 async def soak(base: str, gateway_pid: int, stub_log: Path, *, requests: int, concurrency: int,
-               seed: int, warmup: int) -> Report:  # fmt: skip
+               seed: int, warmup: int, ops: str) -> Report:  # fmt: skip
     """A warm-up round, the RSS baseline, the soak, the ledger once settled, the RSS again.
 
-    Counters in the report are the soak's own (the warm-up's are subtracted); the stub's
-    most-in-flight covers both."""
+    `ops` is the gateway's ops listener (its `/metrics`). Counters in the report are the
+    soak's own (the warm-up's are subtracted); the stub's most-in-flight covers both."""
     await d.drive(base, warmup, concurrency, seed + 1, offset=10**7)
-    baseline = await d.settled(base)
+    baseline = await d.settled(ops)
     warm_started = d.stub_log(stub_log)[0]
     before = d.rss_kib(gateway_pid)
     started = time.monotonic()
     figures = await d.drive(base, requests, concurrency, seed)
     seconds = time.monotonic() - started
-    final = (await d.settled(base)).since(baseline)
+    final = (await d.settled(ops)).since(baseline)
     after = d.rss_kib(gateway_pid)
     count, most, faults = d.stub_log(stub_log, warm_started)
     return Report(figures, final, count, most, faults, before, after, seconds)
@@ -158,12 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.2)
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
-    stub_port, gateway_port = d.free_port(), d.free_port()
+    stub_port, gateway_port, ops_port = d.free_port(), d.free_port(), d.free_port()
     log = workdir / "stub.log"
     stub_argv = [sys.executable, "-m", "stub", "--listen", f"127.0.0.1:{stub_port}",
                  *d.stub_args(args.seed, args.fault_rate), "--log", str(log)]  # fmt: skip
     config = workdir / "gateway.toml"
     config.write_text(f'[server]\nlisten = "127.0.0.1:{gateway_port}"\n{d.SERVER_EXTRA}'
+                      f'\n[ops]\nlisten = "127.0.0.1:{ops_port}"\n'
                       + d.upstream_toml(f"http://127.0.0.1:{stub_port}"))  # fmt: skip
     gateway_argv = [sys.executable, "-m", "bootstrap", "serve", "--config", str(config)]
     procs: list[subprocess.Popen[bytes]] = []
@@ -171,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(_start(stub_argv, workdir / "stub.out", f"http://127.0.0.1:{stub_port}/health"))
         procs.append(_start(gateway_argv, workdir / "gateway.out", f"http://127.0.0.1:{gateway_port}/healthz"))
         report = asyncio.run(soak(f"http://127.0.0.1:{gateway_port}", procs[1].pid, log, requests=args.requests,
-                                  concurrency=args.concurrency, seed=args.seed, warmup=args.warmup))  # fmt: skip
+                                  concurrency=args.concurrency, seed=args.seed, warmup=args.warmup,
+                                  ops=f"http://127.0.0.1:{ops_port}"))  # fmt: skip
         print(describe(report))
     finally:
         for proc in reversed(procs):

@@ -252,6 +252,7 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str 
         )
     config.write_text(
         f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n{shared}\n'
+        '[ops]\nlisten = "127.0.0.1:0"\n\n'  # several gateways at once: each its own ops port
         f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n{admission}'
     )
     argv = [gateway_python(), "-m", "bootstrap", "serve", "--config", str(config)]
@@ -271,7 +272,7 @@ def start_keyed_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> T
     port = free_port()
     config = procs.workdir / "keyed.toml"
     config.write_text(
-        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n\n'
+        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n\n[ops]\nlisten = "127.0.0.1:0"\n\n'
         f'[auth]\nmode = "required"\nkeys_file = "{keys}"\n\n'
         f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n'
     )

@@ -210,6 +210,8 @@ def invariant_problems(objects: list[Obj], config: Config) -> list[str]:
         elif _port_number(container, http_get.get("port")) != listen_port:
             problems.append(f"{name}: {probe} port {http_get.get('port')!r} is not the listen port")
 
+    problems.extend(ops_problems(objects, config, deployment))
+
     for workload in objects:
         if workload["kind"] in WORKLOADS:
             problems.extend(security_problems(workload))
@@ -276,8 +278,37 @@ def containerfile_problems(objects: list[Obj], config: Config) -> list[str]:
     return problems
 
 
+def ops_problems(objects: list[Obj], config: Config, deployment: Obj) -> list[str]:
+    """The ops listener ([ops] listen: metrics, /status) is a containerPort that no Service
+    routes (the public one must not serve metrics), and Prometheus is told to scrape it."""
+    name, container = object_id(deployment), gateway_container(deployment)
+    _, ops_port = parse_listen(config.ops.listen, "ops.listen", any_port=True)
+    declared = next((p for p in container.get("ports", []) if p["containerPort"] == ops_port), None)
+    if declared is None:
+        return [f"{name}: no containerPort {ops_port} for the ops listener ([ops] listen = {config.ops.listen})"]
+    problems = []
+    labels = deployment["spec"]["template"]["metadata"].get("labels", {})
+    for service in (o for o in objects if o["kind"] == "Service"):
+        if not service["spec"].get("selector") or not service["spec"]["selector"].items() <= labels.items():
+            continue
+        for port in service["spec"].get("ports", []):
+            if port.get("targetPort", port.get("port")) in (ops_port, declared.get("name")):
+                problems.append(f"{object_id(service)} routes the ops port {ops_port} ([ops] listen): "
+                                "metrics and /status must stay off the public Service")
+    annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+    monitors = [o for o in objects if o["kind"] in ("ServiceMonitor", "PodMonitor")]
+    if not monitors and (annotations.get("prometheus.io/scrape") != "true"
+                         or annotations.get("prometheus.io/port") != str(ops_port)
+                         or annotations.get("prometheus.io/path", "/metrics") != "/metrics"):
+        problems.append(f"{name}: the prometheus.io/scrape, /port and /path annotations must point at the ops "
+                        f"listener (port {ops_port}, /metrics), or ship a ServiceMonitor/PodMonitor")
+    return problems
+
+
 def redis_problems(objects: list[Obj], config: Config, namespace: str | None) -> list[str]:
     """An in-cluster redis_url must name a Service rendered here; external hosts are not checked."""
+    if config.admission.redis_url is None:
+        return []  # Sentinels: addresses outside these manifests
     host = urlsplit(config.admission.redis_url or "").hostname or ""
     service, _, rest = host.partition(".")
     in_cluster = rest in ("", namespace, f"{namespace}.svc", f"{namespace}.svc.cluster.local")

@@ -12,7 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import shutil
+import socket
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import version
@@ -29,31 +33,34 @@ from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
 from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.openapi import openapi_config
-from adapters.inbound.operations import operations_handlers
+from adapters.inbound.operations import health_handlers, ops_app
 from adapters.outbound.consumer_counters import consumer_concurrency, usage_ledger
 from adapters.outbound.edge_observer import EdgeObserver
 from adapters.outbound.keys_file import KeysFileError, KeysFileStore, keys_entry, new_key, read_keys_file
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
-from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
 from application.chat import ChatService
 from application.consumer_limits import ConsumerLimits
-from config import Config, ConfigError, dump_config, load_config, parse_listen
+from config import Config, ConfigError, dump_config, load_config, parse_listen, parse_ops_listen
 from domain.admission import AdmissionPolicy
 from domain.routing import ModelRouter
 from ports.consumers import ConsumerConcurrency, UsageLedger
 
 if TYPE_CHECKING:  # imported where used: a process without Redis or tracing never loads them
     from adapters.outbound.otel_tracing import OtelTelemetry
+    from adapters.outbound.prometheus_metrics import PrometheusMetrics  # after PROMETHEUS_MULTIPROC_DIR is set
     from adapters.outbound.redis_gate import RedisAdmissionGate
+    from adapters.outbound.redis_gate.connection import RedisTarget
+    from adapters.outbound.status_board import StatusBoard
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
 DIALECTS: list[DialectRouter] = [openai.router, anthropic.router]
 
 log = logging.getLogger("gateway")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's multiprocess mode
 
 
 def _policies(config: Config) -> dict[str, AdmissionPolicy | None]:
@@ -121,16 +128,28 @@ async def _upstream_sessions(
         await asyncio.gather(*(session.close() for session in opened))
 
 
+def _redis_target(config: Config) -> RedisTarget | None:
+    """Where Redis is ([admission]: one URL, Sentinels, or a cluster); None with the memory backend."""
+    shared = config.admission
+    if shared.backend != "redis":
+        return None
+    from adapters.outbound.redis_gate.connection import RedisTarget
+
+    sentinels = tuple(parse_listen(s, "admission.redis_sentinels") for s in shared.redis_sentinels or ())
+    return RedisTarget(url=shared.redis_url, sentinels=sentinels, sentinel_master=shared.redis_sentinel_master,
+                       cluster=shared.redis_cluster)
+
+
 def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAdmissionGate:
     """The admission backend: one process (memory) or every process and pod (Redis)."""
     shared = config.admission
-    if shared.backend == "memory":
+    target = _redis_target(config)
+    if target is None:
         return InMemoryAdmissionGate(_policies(config), clock)
-    assert shared.redis_url is not None  # config checks it
     from adapters.outbound.redis_gate import RedisAdmissionGate
 
     return RedisAdmissionGate(
-        _policies(config), clock, shared.redis_url, shared.lease_seconds, shared.key_prefix,
+        _policies(config), clock, target, shared.lease_seconds, shared.key_prefix,
         on_fenced=_fenced,
     )
 
@@ -138,6 +157,28 @@ def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAd
 def _fenced(reason: str, lost: int) -> None:
     # Every lost lease has its `lost` event set; ChatService aborts the requests holding one.
     log.error("admission: this process was fenced (%s); %d slot lease(s) lost", reason, lost)
+
+
+def _metrics(config: Config, gate: Any) -> PrometheusMetrics:
+    """The metrics; with several workers in prometheus_client's multiprocess mode (every worker's
+    counters on one scrape), which `_serve` turned on before prometheus_client was imported."""
+    from adapters.outbound.prometheus_metrics import PrometheusMetrics
+
+    directory = os.environ.get(MULTIPROC_ENV) if config.server.workers > 1 else None
+    health = gate.health if config.admission.backend == "redis" else None
+    return PrometheusMetrics(gate, redis_health=health, multiprocess_dir=directory)
+
+
+def _status_board(
+    config: Config, gate: Any, metrics: PrometheusMetrics, clock: SystemClock, lifecycle: serving.Lifecycle,
+    credentials: KeysFileStore | None,
+) -> StatusBoard:
+    from adapters.outbound.status_board import StatusBoard
+
+    timeouts = {name: u.admission.queue_timeout_seconds for name, u in config.upstreams.items() if u.admission}
+    return StatusBoard(gate, metrics, clock, ready=lifecycle.ready, backend=config.admission.backend,
+                       workers=config.server.workers, queue_timeouts=timeouts,
+                       consumer=None if credentials is None else credentials.named)
 
 
 def _router(config: Config) -> ModelRouter:
@@ -173,7 +214,7 @@ def _usage_ledger(config: Config) -> UsageLedger | None:
     if config.auth.mode == "off":
         return None
     shared = config.admission
-    return usage_ledger(shared.backend, shared.redis_url, shared.key_prefix)
+    return usage_ledger(shared.backend, _redis_target(config), shared.key_prefix)
 
 
 def _consumer_concurrency(config: Config) -> ConsumerConcurrency | None:
@@ -181,7 +222,7 @@ def _consumer_concurrency(config: Config) -> ConsumerConcurrency | None:
     if config.auth.mode == "off":
         return None
     shared = config.admission
-    return consumer_concurrency(shared.backend, shared.redis_url, shared.key_prefix, shared.lease_seconds)
+    return consumer_concurrency(shared.backend, _redis_target(config), shared.key_prefix, shared.lease_seconds)
 
 
 def _consumer_limits(
@@ -214,9 +255,12 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
             await gate.start()
             for counter in counters:
                 await counter.start()
+            status = container.status_board()
+            await status.start()
             try:
                 yield
             finally:
+                await status.close()
                 for counter in counters:
                     await counter.close()
                 await gate.close()
@@ -230,11 +274,12 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
 
 def _litestar_app(
     config: Config, dialects: Sequence[DialectRouter], context: EdgeContext,
-    metrics: PrometheusMetrics, lifecycle: serving.Lifecycle, container: Container,
+    lifecycle: serving.Lifecycle, container: Container,
 ) -> Litestar:
-    """Every registered dialect's Router plus the operations endpoints, on one Litestar app."""
+    """Every registered dialect's Router plus the health endpoints, on one Litestar app (the
+    metrics and the status page are on the ops listener's app: `ops_app`)."""
     handlers: list[Any] = [dialect(context) for dialect in dialects]
-    handlers += operations_handlers(metrics.render, ready=lifecycle.ready)
+    handlers += health_handlers(lifecycle.ready)
     server = config.server
     cors = (
         CORSConfig(allow_origins=server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],
@@ -273,7 +318,12 @@ class Container(containers.DeclarativeContainer):
         ),
         config, router, upstreams, gate, clock, tracing, consumer_limits,
     )
-    metrics = providers.Singleton(PrometheusMetrics, gate)
+    metrics = providers.Singleton(_metrics, config, gate)
+    status_board = providers.Singleton(_status_board, config, gate, metrics, clock, lifecycle, credentials)
+    ops_app = providers.Singleton(
+        lambda metrics, lifecycle, status: ops_app(metrics.render, lifecycle.ready, status),
+        metrics, lifecycle, status_board,
+    )
     request_log = providers.Singleton(lambda c: JsonRequestLog(enabled=c.server.access_log), config)
     observer = providers.Singleton(
         lambda log, metrics, tracing: EdgeObserver(log, metrics, tracing=tracing), request_log, metrics, tracing
@@ -286,7 +336,7 @@ class Container(containers.DeclarativeContainer):
         ),
         config, router, service, observer, credentials,
     )
-    app = providers.Singleton(_litestar_app, config, dialects, edge_context, metrics, lifecycle, __self__)
+    app = providers.Singleton(_litestar_app, config, dialects, edge_context, lifecycle, __self__)
 
 
 def build_app(config: Config, dialects: Sequence[DialectRouter] | None = None) -> Litestar:
@@ -314,26 +364,57 @@ def _serve(args: argparse.Namespace) -> int:
     # The server's protocol bounds the request head below the app (SECURITY.md).
     protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
 
-    def build() -> tuple[Litestar, Any]:
+    def build() -> tuple[Litestar, Any, Litestar]:
         app = build_app(config)
         container = app.state.container
-        return app, serving.make_drain(container.lifecycle(), container.gate(), grace)
+        return app, serving.make_drain(container.lifecycle(), container.gate(), grace), container.ops_app()
 
+    metrics_dir = _multiprocess_metrics() if server.workers > 1 else None
+    ops_socket = _ops_socket(config)
     try:
         if server.workers > 1:
             return serving.run_workers(server.workers, host, port, grace, build, http_protocol=protocol,
-                                       limit_concurrency=server.limit_concurrency)
-        app, drain = build()
-        serving.run(app, host, port, drain, grace, http_protocol=protocol, limit_concurrency=server.limit_concurrency)
+                                       limit_concurrency=server.limit_concurrency, ops_socket=ops_socket)
+        app, drain, ops = build()
+        serving.run(app, host, port, drain, grace, http_protocol=protocol, limit_concurrency=server.limit_concurrency,
+                    ops=serving.Ops(ops, ops_socket))
     finally:
+        ops_socket.close()
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
         if stop_stubs is not None:
             stop_stubs()
     return 0
 
 
+def _ops_socket(config: Config) -> socket.socket:
+    """The ops listener's socket, bound before anything starts: a taken port stops startup."""
+    host, port = parse_ops_listen(config)
+    try:
+        sock = serving.listen_socket(host, port)
+    except OSError as error:
+        raise ConfigError(f"[ops] listen = '{config.ops.listen}': cannot listen there ({error.strerror})") from None
+    bound = sock.getsockname()[1]
+    log.info("gateway ops listening on http://%s:%d (/metrics /healthz /readyz /status)", host, bound)
+    return sock
+
+
+def _multiprocess_metrics() -> str:
+    """A fresh directory for every worker's metric files, set before prometheus_client is loaded."""
+    if "prometheus_client" in sys.modules:  # its multiprocess mode is chosen at import
+        raise RuntimeError("prometheus_client was imported before the workers' metrics directory was set")
+    directory = tempfile.mkdtemp(prefix="gateway-metrics-")
+    os.environ[MULTIPROC_ENV] = directory
+    return directory
+
+
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    print(dump_config(config))
+    try:
+        print(dump_config(config), flush=True)
+    except BrokenPipeError:  # `| head` stopped reading: the check itself passed
+        # Python's advice: point stdout at devnull, so the flush at exit cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -116,9 +116,20 @@ class UpstreamConfig(Section):
 
 class SharedAdmissionConfig(Section):
     backend: Literal["memory", "redis"] = "memory"
+    # Where Redis is (exactly one of the two): a URL (one server, or a cluster's seed node with
+    # `redis_cluster = true`), or Sentinel addresses and the master's name (docs/redis-ledger.md).
     redis_url: str | None = None
+    redis_sentinels: list[str] | None = None
+    redis_sentinel_master: str | None = None
+    redis_cluster: bool = False
     lease_seconds: PositiveFloat = 10.0
     key_prefix: str = "gateway"
+
+
+class OpsConfig(Section):
+    """The operations listener: metrics, health and the status page, off the public port."""
+
+    listen: str = "127.0.0.1:9464"  # port 0: any free port (printed at start)
 
 
 class TelemetryConfig(Section):
@@ -142,6 +153,7 @@ class Config(Section):
     admission: SharedAdmissionConfig = msgspec.field(default_factory=SharedAdmissionConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
+    ops: OpsConfig = msgspec.field(default_factory=OpsConfig)
 
 
 _PATH = re.compile(r"`\$((?:[.\[][^`]*)?)`")
@@ -162,15 +174,22 @@ def _readable(error: msgspec.ValidationError, prefix: str = "") -> str:
     return f"invalid value for '{where}': {message}" if where else message
 
 
-def parse_listen(value: str) -> tuple[str, int]:
+def parse_listen(value: str, key: str = "server.listen", *, any_port: bool = False) -> tuple[str, int]:
+    """HOST:PORT; `any_port` allows port 0 (the system picks a free one)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"server.listen must be HOST:PORT, got '{value}'")
+    if not sep or not port.isdigit() or not (0 if any_port else 1) <= int(port) < 65536:
+        raise ConfigError(f"{key} must be HOST:PORT, got '{value}'")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def parse_ops_listen(config: Config) -> tuple[str, int]:
+    return parse_listen(config.ops.listen, "ops.listen", any_port=True)
+
+
 def _check(config: Config) -> None:
-    parse_listen(config.server.listen)
+    main = parse_listen(config.server.listen)
+    if parse_ops_listen(config) == main:
+        raise ConfigError(f"ops.listen must differ from server.listen ('{config.ops.listen}' is both)")
     if not config.upstreams:
         raise ConfigError("upstreams: at least one upstream is required")
     seen_addresses: dict[tuple[str, str, int], str] = {}
@@ -210,8 +229,7 @@ def _check(config: Config) -> None:
                 )
             _check_endpoints(f"{key}.endpoints", upstream.endpoints, seen_replicas, name)
     _check_aliases(config)
-    if config.admission.backend == "redis" and not config.admission.redis_url:
-        raise ConfigError("admission.redis_url is required when admission.backend = 'redis'")
+    _check_redis(config.admission)
     if config.admission.backend == "memory" and config.server.workers > 1:
         raise ConfigError(
             "server.workers > 1 needs admission.backend = 'redis': the in-memory ledger "
@@ -304,6 +322,31 @@ def nameserver(text: str, key: str = "nameservers") -> tuple[str, int]:
     if not _is_ip(host) or not 0 < port < 65536:
         raise ConfigError(f"{key} must be HOST[:PORT] with HOST an IP address (e.g. '10.96.0.10:53'), got '{text}'")
     return host, port
+
+
+def _check_redis(shared: SharedAdmissionConfig) -> None:
+    """Exactly one way to reach Redis: a URL (one server or a cluster seed) or Sentinels."""
+    sentinels = shared.redis_sentinels
+    if shared.redis_url and sentinels is not None:
+        raise ConfigError("admission.redis_url and admission.redis_sentinels: set exactly one of them")
+    if shared.backend == "redis" and not shared.redis_url and sentinels is None:
+        raise ConfigError(
+            "admission.redis_url is required when admission.backend = 'redis' (or admission.redis_sentinels)")
+    if sentinels is not None:
+        if not sentinels:
+            raise ConfigError("admission.redis_sentinels must list at least one HOST:PORT")
+        for i, address in enumerate(sentinels):
+            parse_listen(address, f"admission.redis_sentinels[{i}]")
+        if not shared.redis_sentinel_master:
+            raise ConfigError("admission.redis_sentinel_master is required with admission.redis_sentinels")
+        if shared.redis_cluster:
+            raise ConfigError("admission.redis_cluster needs admission.redis_url (a cluster node), "
+                              "not admission.redis_sentinels")
+    elif shared.redis_sentinel_master is not None:
+        raise ConfigError("admission.redis_sentinel_master is only used with admission.redis_sentinels")
+    if shared.redis_cluster and ("{" in shared.key_prefix or "}" in shared.key_prefix):
+        raise ConfigError("admission.key_prefix must not contain '{' or '}' with admission.redis_cluster "
+                          "(the keys' hash tags keep each upstream in one cluster slot)")
 
 
 def _check_aliases(config: Config) -> None:

@@ -79,7 +79,8 @@ def demo_config() -> tuple[Config, Callable[[], None]]:
         "-d '{\"model\":\"qwen2.5:3b-instruct\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n"
         "  curl -N -s localhost:8080/llm/v1/messages -H 'content-type: application/json' "
         "-d '{\"model\":\"reasoning\",\"max_tokens\":64,\"stream\":true,"
-        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'",
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n"
+        "Live status (slots, queue, 503s): http://127.0.0.1:9464/status (metrics: /metrics there)",
         file=sys.stderr, flush=True,
     )
     return load_config_text(DEMO_TOML.format(reasoning_port=reasoning_port, qwen_port=qwen_port)), stop

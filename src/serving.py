@@ -11,9 +11,14 @@ A second SIGTERM or SIGINT skips the rest of step 3: uvicorn's own graceful shut
 follows (connections still open get up to half the grace), and a further SIGINT is
 uvicorn's force exit.
 
-uvicorn is used through its public API only: `uvicorn.Config`, and `DrainingServer`
-overrides the public `uvicorn.Server.startup` and `handle_exit` (each calling uvicorn's)
-and sets `should_exit`, as uvicorn's own `handle_exit` does.
+The ops listener (`[ops] listen`: metrics, health, the status page) is a second
+`uvicorn.Server` on its own socket in the same event loop (`OpsServer`); it stops after
+the main server, so the drain can be watched on it to the end.
+
+uvicorn is used through its public API only: `uvicorn.Config`, `Server.serve(sockets=...)`,
+and `DrainingServer` overrides the public `uvicorn.Server.startup` and `handle_exit` (each
+calling uvicorn's) and sets `should_exit`, as uvicorn's own `handle_exit` does;
+`OpsServer` overrides the public `capture_signals` (the main server owns the signals).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -79,6 +85,37 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
 
 
+class OpsServer(uvicorn.Server):
+    """The ops listener's server: it runs beside the main one and leaves signals to it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the main server's handlers drain; this one stops when the main one has
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The ops listener of one process: its app and its bound socket."""
+
+    app: Any
+    sock: socket.socket
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket (port 0: any free port); OSError if it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def make_drain(
     lifecycle: Lifecycle, gate: Any, grace_seconds: float
 ) -> Callable[[], Awaitable[None]]:
@@ -108,20 +145,49 @@ def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float, http_p
     )
 
 
+def _ops_config(app: Any, http_protocol: type[asyncio.Protocol]) -> uvicorn.Config:
+    return uvicorn.Config(
+        app, loop="uvloop", lifespan="off",  # the main app's lifespan starts and stops what both read
+        http=http_protocol, limit_concurrency=64, access_log=False, log_level="warning",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS, server_header=False, date_header=False, proxy_headers=False,
+        timeout_graceful_shutdown=1,
+    )
+
+
+def _serve(server: DrainingServer, sockets: list[socket.socket] | None, ops: Ops | None,
+           http_protocol: type[asyncio.Protocol]) -> None:
+    """The main server (and the ops one beside it) in one event loop, until drained."""
+
+    async def both() -> None:
+        if ops is None:
+            await server.serve(sockets=sockets)
+            return
+        ops_server = OpsServer(_ops_config(ops.app, http_protocol))
+        ops_task = asyncio.create_task(ops_server.serve(sockets=[ops.sock]), name="ops-listener")
+        try:
+            await server.serve(sockets=sockets)
+        finally:
+            ops_server.should_exit = True
+            await ops_task
+
+    with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+        runner.run(both())
+
+
 def run(
     app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float, *,
-    http_protocol: type[asyncio.Protocol], limit_concurrency: int,
+    http_protocol: type[asyncio.Protocol], limit_concurrency: int, ops: Ops | None = None,
 ) -> None:
     """One process: serve until drained."""
     config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency)
     log.info("gateway listening on http://%s:%d", host, port)
-    DrainingServer(config, drain).run()
+    _serve(DrainingServer(config, drain), None, ops, http_protocol)
 
 
 def run_workers(
     workers: int, host: str, port: int, grace_seconds: float,
-    build: Callable[[], tuple[Any, Callable[[], Awaitable[None]]]], *,
-    http_protocol: type[asyncio.Protocol], limit_concurrency: int,
+    build: Callable[[], tuple[Any, Callable[[], Awaitable[None]], Any]], *,
+    http_protocol: type[asyncio.Protocol], limit_concurrency: int, ops_socket: socket.socket | None = None,
 ) -> int:
     """Several processes on one listening socket (only with a shared admission ledger).
 
@@ -145,21 +211,19 @@ def run_workers(
     - workers are spawned, not forked: the app, and the protocol class made from the
       config, would have to be importable by name in every worker.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
+    sock = listen_socket(host, port)
+    # The ops socket is shared like the main one: any worker answers a scrape, and the
+    # metrics are every worker's (prometheus_client's multiprocess mode, see bootstrap).
     children: list[int] = []
     for _ in range(workers):
         pid = os.fork()
         if pid == 0:  # worker
             code = 0
             try:
-                app, drain = build()
+                app, drain, ops_app = build()
                 config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency)
-                DrainingServer(config, drain).run(sockets=[sock])
+                ops = None if ops_socket is None else Ops(ops_app, ops_socket)
+                _serve(DrainingServer(config, drain), [sock], ops, http_protocol)
             except BaseException:
                 log.exception("worker failed")
                 code = 1

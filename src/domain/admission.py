@@ -172,6 +172,15 @@ class SlotLedger:
         """Queued tickets per consumer priority (only priorities with some)."""
         return dict(self._by_priority)
 
+    def oldest_wait(self, now: float) -> float | None:
+        """How long the longest-waiting queued ticket has waited; None while nobody waits.
+
+        Every ticket's deadline is its arrival plus the one timeout, and the queue's front
+        (arrival order, whatever the dispatch order) has the earliest."""
+        for deadline in self._queue.values():
+            return max(0.0, now - (deadline - self.policy.queue_timeout_seconds))
+        return None
+
     def queued_of(self, consumer: str) -> int:
         return self._by_consumer.get(consumer, 0)
 

@@ -163,6 +163,10 @@ class AdmissionUnavailable(Overloaded):
     title = "Admission backend unavailable"
 
 
+# The error kinds answered 503 + Retry-After (status page, dashboard: "503s by reason").
+OVERLOAD_KINDS = frozenset(c.kind for c in (Overloaded, QueueFull, QueueTimeout, Draining, AdmissionUnavailable))
+
+
 class UpstreamError(GatewayError):
     """The upstream failed: refused, reset, 5xx, malformed answer."""
 

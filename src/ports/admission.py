@@ -20,6 +20,9 @@ class GateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     # Waiting requests per consumer priority (only priorities with some; sums to `queued`);
     # None while nobody waits, or from a gate that does not count them.
     queued_by_priority: dict[int, int] | None = None
+    # How long the longest-waiting request has waited (seconds); None while nobody waits,
+    # or from a gate that does not know it.
+    oldest_wait_seconds: float | None = None
 
 
 class SlotLease(Protocol):

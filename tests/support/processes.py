@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
+OPS_LINE = re.compile(r"gateway ops listening on http://\S+?:(\d+)")
 
 
 def free_port() -> int:
@@ -40,6 +42,16 @@ class Proc:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ops_url(self) -> str:
+        """The ops listener (metrics, health, status) of a gateway, from the line it printed at start."""
+        port = self.extra.get("ops_port")
+        if port is None:
+            match = OPS_LINE.search(self.text())
+            assert match, f"the gateway printed no ops listener line:\n{self.text()[-2000:]}"
+            port = self.extra["ops_port"] = int(match.group(1))
+        return f"http://127.0.0.1:{port}"
 
     def text(self) -> str:
         return self.output.read_text(errors="replace") if self.output.exists() else ""
@@ -104,16 +116,19 @@ class Processes:
         return proc
 
     def gateway(self, toml: str, *, port: int | None = None, server_extra: str = "",
-                launcher: list[str] | None = None, env: dict[str, str] | None = None) -> Proc:
+                launcher: list[str] | None = None, env: dict[str, str] | None = None,
+                ops_listen: str = "127.0.0.1:0") -> Proc:
         """Start `gateway serve` on a config whose [server] listen is filled in here.
 
         `server_extra` is more `[server]` keys (TOML lines); `launcher` replaces the
-        `gateway serve` command line (it is given `--config PATH`).
+        `gateway serve` command line (it is given `--config PATH`). The ops listener takes
+        a free port (`proc.ops_url`), unless `toml` has an `[ops]` table of its own.
         """
         port = port or free_port()
         self._n += 1
         config = self.workdir / f"gateway-{self._n}.toml"
-        config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml)
+        ops = "" if "[ops]" in toml else f'\n[ops]\nlisten = "{ops_listen}"\n'
+        config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml + ops)
         command = launcher or [sys.executable, "-m", "bootstrap", "serve"]
         argv = [*command, "--config", str(config)]
         proc = self._spawn("gateway", argv, port, "/healthz", env)

@@ -148,6 +148,16 @@ class KeysFileStore:
         self._failed_hash: bytes | None = None  # of a bad content already logged
         self._signature: tuple[int, int, int, int] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._named: tuple[Table, dict[str, Consumer]] = ({}, {})  # (the table it was made of, by name)
+
+    def named(self, name: str) -> Consumer | None:
+        """The consumer called `name` in the file now (the status page shows its limits)."""
+        table = self._table
+        made_of, by_name = self._named
+        if made_of is not table:
+            by_name = {consumer.name: consumer for _, consumer in table.values()}
+            self._named = (table, by_name)
+        return by_name.get(name)
 
     def lookup(self, digest: str) -> Consumer | None:
         entry = self._table.get(digest)  # one reference read: a reload swaps the whole table

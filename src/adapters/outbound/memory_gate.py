@@ -211,14 +211,17 @@ class InMemoryAdmissionGate:
         ledger = up.ledger
         if ledger is None:
             return GateSnapshot(in_use=up.open, queued=0, limit=None, queue_limit=None)
-        self._expire(up, self._clock.now())
+        now = self._clock.now()
+        self._expire(up, now)
         policy = ledger.policy
+        queued = ledger.queued
         return GateSnapshot(
             in_use=ledger.in_flight,
-            queued=ledger.queued,
+            queued=queued,
             limit=policy.max_in_flight,
             queue_limit=policy.queue_depth,
-            queued_by_priority=ledger.queued_by_priority() if ledger.queued else None,
+            queued_by_priority=ledger.queued_by_priority() if queued else None,
+            oldest_wait_seconds=ledger.oldest_wait(now) if queued else None,
         )
 
     def upstreams(self) -> list[str]:

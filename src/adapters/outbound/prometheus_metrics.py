@@ -2,30 +2,49 @@
 
 Gauges are collected at scrape time from `AdmissionGate.snapshot`, so they show the
 gate's state (shared state, with a shared ledger) rather than a copy kept in step.
+
+With several worker processes (`multiprocess_dir`: prometheus_client's multiprocess mode,
+PROMETHEUS_MULTIPROC_DIR set before prometheus_client is first imported) every counter and
+histogram lives in a file per worker and any worker's scrape reads them all. The gate's
+gauges stay read from the snapshot at scrape time (with Redis, the shared figures, the same
+in every worker), except an uncapped upstream's in-use count, which is per process: each
+worker writes its own (a `livesum` gauge, folded into `gateway_upstream_slots_in_use`).
+The gate's outcome counts are mirrored into a counter (on every request end and at least
+once a second), so they are summed over the workers too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from domain.consumers import ANONYMOUS
+from domain.errors import OVERLOAD_KINDS
 from domain.records import RequestRecord
 from ports.admission import AdmissionGate
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
+# Each worker's own open leases on uncapped upstreams (multiprocess mode only; never exported
+# under this name: summed into gateway_upstream_slots_in_use).
+_OPEN = "gateway_worker_open_leases"
+Totals = dict[tuple[str, ...], float]
+
+
 class _GateCollector(Collector):
     def __init__(self, gate: AdmissionGate) -> None:
         self._gate = gate
+        self.open_leases: dict[str, float] | None = None  # set by _AllWorkers before each collect
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         in_use = GaugeMetricFamily(
             "gateway_upstream_slots_in_use", "Requests admitted to the upstream now", labels=["upstream"])
         limit = GaugeMetricFamily(
@@ -39,11 +58,11 @@ class _GateCollector(Collector):
             labels=["upstream", "priority"])
         queue_limit = GaugeMetricFamily(
             "gateway_upstream_queue_limit", "Configured queue depth", labels=["upstream"])
-        outcomes = CounterMetricFamily(
-            "gateway_admission", "Admission outcomes", labels=["upstream", "outcome"])
+        workers = self.open_leases
         for upstream in self._gate.upstreams():
             snap = self._gate.snapshot(upstream)
-            in_use.add_metric([upstream], snap.in_use)
+            uncapped_here = snap.limit is None and workers is not None
+            in_use.add_metric([upstream], workers.get(upstream, 0.0) if uncapped_here else snap.in_use)  # type: ignore[union-attr]
             depth.add_metric([upstream], snap.queued)
             for priority, count in sorted((snap.queued_by_priority or {}).items()):
                 by_priority.add_metric([upstream, str(priority)], count)
@@ -51,18 +70,64 @@ class _GateCollector(Collector):
                 limit.add_metric([upstream], snap.limit)
             if snap.queue_limit is not None:
                 queue_limit.add_metric([upstream], snap.queue_limit)
-            for outcome, count in self._gate.counters(upstream).items():  # type: ignore[attr-defined]
-                outcomes.add_metric([upstream, outcome], count)
-        yield from (in_use, limit, depth, by_priority, queue_limit, outcomes)
+        yield from (in_use, limit, depth, by_priority, queue_limit)
+
+
+class _AllWorkers(Collector):
+    """Every worker's counters and histograms (their files), plus the gate's gauges."""
+
+    def __init__(self, directory: str, gates: _GateCollector) -> None:
+        self.files = MultiProcessCollector(None, path=directory)  # type: ignore[no-untyped-call]  # None: unregistered
+        self._gates = gates
+
+    def collect(self) -> Iterator[Metric]:
+        open_leases: dict[str, float] = {}
+        for family in self.files.collect():  # type: ignore[no-untyped-call]
+            if family.name == _OPEN:
+                for sample in family.samples:
+                    open_leases[sample.labels["upstream"]] = sample.value
+                continue
+            yield family
+        self._gates.open_leases = open_leases
+        yield from self._gates.collect()
 
 
 class PrometheusMetrics:
-    """Owns one registry; `request_finished` makes it a `RequestObserver`."""
+    """Owns one registry; `request_finished` makes it a `RequestObserver`.
 
-    def __init__(self, gate: AdmissionGate) -> None:
+    `redis_health` (the Redis gate's `health`) adds `gateway_redis_reachable` and
+    `gateway_lease_heartbeat_failures_total`; `multiprocess_dir` is set with several workers.
+    """
+
+    def __init__(self, gate: AdmissionGate, *, redis_health: Any = None, multiprocess_dir: str | None = None) -> None:
+        self._gate = gate
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_GateCollector(gate))
         r = self.registry
+        gates = _GateCollector(gate)
+        self._workers: _AllWorkers | None = None
+        if multiprocess_dir is None:
+            r.register(gates)
+            self._page = r
+        else:
+            self._workers = _AllWorkers(multiprocess_dir, gates)
+            self._page = CollectorRegistry(auto_describe=False)
+            self._page.register(self._workers)
+        self._admission = Counter(
+            "gateway_admission", "Admission outcomes", ["upstream", "outcome"], registry=r)
+        self._admission_children: dict[tuple[str, str], Any] = {}
+        self._mirrored: dict[tuple[str, str], int] = {}  # the gate's counts already added
+        self._open = None if multiprocess_dir is None else Gauge(
+            _OPEN, "Open leases of this worker on an uncapped upstream", ["upstream"],
+            multiprocess_mode="livesum", registry=r)
+        self._health = redis_health
+        self._heartbeat_failures_seen = 0
+        if redis_health is not None:
+            self._redis_reachable = Gauge(
+                "gateway_redis_reachable", "1 while this process's last Redis call succeeded, else 0",
+                multiprocess_mode="livemin", registry=r)
+            self._heartbeat_failures = Counter(
+                "gateway_lease_heartbeat_failures", "Admission lease renewals that did not reach Redis",
+                registry=r)
         self._requests = Counter(
             "gateway_requests", "Finished requests", ["surface", "route", "status"], registry=r)
         self._duration = Histogram(
@@ -99,6 +164,8 @@ class PrometheusMetrics:
         return None
 
     def request_finished(self, record: RequestRecord, handle: object = None) -> None:
+        if self._workers is not None and record.upstream is not None:
+            self.sync(record.upstream)  # other workers' scrapes read only what is in the files
         key = (record.surface, record.route, record.status)
         requests = self._request_children.get(key)
         if requests is None:
@@ -145,5 +212,62 @@ class PrometheusMetrics:
         if record.rate_limit is not None:
             self._rate_limited.labels(consumer, record.rate_limit).inc()
 
+    def sync(self, upstream: str | None = None) -> None:
+        """Mirror the gate's outcome counts (and Redis health, open leases) into the series."""
+        gate = self._gate
+        for name in gate.upstreams() if upstream is None else (upstream,):
+            for outcome, count in gate.counters(name).items():  # type: ignore[attr-defined]
+                key = (name, outcome)
+                child = self._admission_children.get(key)
+                if child is None:  # every outcome is exported from the start, at 0
+                    child = self._admission_children[key] = self._admission.labels(name, outcome)
+                grown = count - self._mirrored.get(key, 0)
+                if grown > 0:
+                    child.inc(grown)
+                    self._mirrored[key] = count
+            if self._open is not None:
+                snap = gate.snapshot(name)
+                if snap.limit is None:
+                    self._open.labels(name).set(snap.in_use)
+        health = self._health
+        if health is not None:
+            self._redis_reachable.set(1 if health.reachable else 0)
+            grown = health.heartbeat_failures - self._heartbeat_failures_seen
+            if grown > 0:
+                self._heartbeat_failures.inc(grown)
+                self._heartbeat_failures_seen = health.heartbeat_failures
+
     def render(self) -> tuple[bytes, bytes]:
-        return CONTENT_TYPE_LATEST.encode(), generate_latest(self.registry)
+        self.sync()
+        return CONTENT_TYPE_LATEST.encode(), generate_latest(self._page)
+
+    def totals(self) -> Totals:
+        """The cumulative counts the status page shows per minute (every worker's):
+        ("unavailable", upstream, kind), ("requests", consumer), ("tokens", consumer),
+        ("limited", consumer, limit)."""
+        wanted = {"gateway_upstream_errors", "gateway_consumer_requests", "gateway_consumer_tokens",
+                  "gateway_rate_limited"}
+        families: Iterable[Metric]
+        if self._workers is None:
+            families = (f for c in (self._upstream_errors, self._consumer_requests, self._consumer_tokens,
+                                    self._rate_limited) for f in c.collect())
+        else:
+            families = (f for f in self._workers.files.collect() if f.name in wanted)  # type: ignore[no-untyped-call]
+        out: Totals = {}
+        for family in families:
+            for sample in family.samples:
+                if not sample.name.endswith("_total"):
+                    continue  # _created
+                labels = sample.labels
+                if family.name == "gateway_upstream_errors":
+                    if labels["kind"] not in OVERLOAD_KINDS:
+                        continue
+                    key: tuple[str, ...] = ("unavailable", labels["upstream"], labels["kind"])
+                elif family.name == "gateway_consumer_requests":
+                    key = ("requests", labels["consumer"])
+                elif family.name == "gateway_consumer_tokens":
+                    key = ("tokens", labels["consumer"])
+                else:
+                    key = ("limited", labels["consumer"], labels["limit"])
+                out[key] = out.get(key, 0.0) + sample.value
+        return out

@@ -1,4 +1,4 @@
-"""Helpers of the admission end-to-end tests: requests, hang-ups, `/metrics`, the stub log."""
+"""Helpers of the admission end-to-end tests: requests, hang-ups, `/metrics` (ops listener), the stub log."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ async def hang_up(writer: asyncio.StreamWriter) -> None:
 
 async def scrape(c: httpx.AsyncClient, gw: Proc, upstream: str = "reasoning") -> dict[str, float]:
     """One upstream's admission series: `slots_in_use`, `queue_depth`, `admission.<outcome>`..."""
-    text = (await c.get(gw.url + "/metrics")).text
+    text = (await c.get(gw.ops_url + "/metrics")).text
     out: dict[str, float] = {}
     for name, labels, value in samples(text):
         if labels.get("upstream") != upstream:

@@ -204,8 +204,10 @@ async def test_metrics_name_every_admission_series(procs: Processes) -> None:
     stub = procs.stub()
     gw = procs.gateway(upstream_toml("reasoning", stub.url, ["reasoning"], CAP_1))
     async with http_client() as c:
-        response = await c.get(gw.url + "/metrics")
+        response = await c.get(gw.ops_url + "/metrics")
         metrics = await scrape(c, gw)
+        public = await c.get(gw.url + "/metrics")
+    assert public.status_code == 404 and public.json() == {"status_code": 404, "detail": "Not Found"}
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     outcomes = [f"admission.{o}" for o in ("admitted", "queued", "rejected_full", "timed_out", "abandoned")]

@@ -92,9 +92,9 @@ async def test_a_backlog_does_not_starve_others_under_fair(procs: Processes, tmp
 
             await until(arrived, f"{name} reached the gate", timeout=10)  # arrival order is the plan's
             seen_at[name] = len(_dispatched(log))
-        page = samples((await c.get(gw.url + "/metrics")).text)  # C in, A and B waiting
+        page = samples((await c.get(gw.ops_url + "/metrics")).text)  # C in, A and B waiting
         bodies = dict(zip(tasks, await asyncio.gather(*tasks.values()), strict=True))
-        waits = samples((await c.get(gw.url + "/metrics")).text)
+        waits = samples((await c.get(gw.ops_url + "/metrics")).text)
     total = gauge(page, "gateway_upstream_queue_depth", "reasoning")
     bands = {labels["priority"]: v for name, labels, v in page if name == "gateway_upstream_queue_depth_by_priority"}
     assert total is not None and total > 0 and sum(bands.values()) == total and bands["0"] > 0

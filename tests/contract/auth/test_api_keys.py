@@ -168,8 +168,11 @@ def test_every_route_of_a_dialect_wants_a_key_but_operations_do_not(gateway: Pro
     _assert_openai_401(httpx.get(f"{gateway.url}/v1/no-such-route"))  # no route list for strangers
     _assert_anthropic_401(httpx.post(f"{gateway.url}/llm/v1/messages/count_tokens", json={}))
     assert httpx.get(f"{gateway.url}/v1/models", headers={"x-api-key": FRONTEND_KEY}).status_code == 200
-    for path in ("/healthz", "/readyz", "/metrics"):
+    for path in ("/healthz", "/readyz"):
         assert httpx.get(f"{gateway.url}{path}").status_code == 200, path
+    assert httpx.get(f"{gateway.url}/metrics").status_code == 404  # the ops listener's, keyless there
+    for path in ("/metrics", "/healthz", "/readyz", "/status", "/status.json"):
+        assert httpx.get(f"{gateway.ops_url}{path}").status_code == 200, path
 
 
 def test_huge_or_binary_header_values_are_a_clear_4xx(gateway: Proc) -> None:

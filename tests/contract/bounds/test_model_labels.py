@@ -60,7 +60,7 @@ async def send_all(http: aiohttp.ClientSession, gateway: Proc, work: list[tuple[
 
 
 async def metrics(http: aiohttp.ClientSession, gateway: Proc) -> str:
-    async with http.get(gateway.url + "/metrics") as response:
+    async with http.get(gateway.ops_url + "/metrics") as response:
         assert response.status == 200
         return await response.text()
 

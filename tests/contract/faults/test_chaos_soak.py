@@ -23,7 +23,8 @@ async def test_chaos_soak_loses_nothing(procs: Processes, tmp_path: Path) -> Non
     log = tmp_path / "stub.log"
     stub = procs.stub(*d.stub_args(SEED, 0.2), log=log)
     gateway = procs.gateway(d.upstream_toml(stub.url), server_extra=d.SERVER_EXTRA)
-    report = await soak(gateway.url, gateway.popen.pid, log, requests=400, concurrency=14, seed=SEED, warmup=100)
+    report = await soak(gateway.url, gateway.popen.pid, log, requests=400, concurrency=14, seed=SEED, warmup=100,
+                        ops=gateway.ops_url)
     print(describe(report))
     figures = report.figures
     assert figures.requests == 400

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from tests.contract.faults.fault_support import Reply, data_frames, metrics, send, statuses, until_idle
 from tests.support.anthropic_grammar import check_anthropic_stream
-from tests.support.processes import Processes, free_port, upstream_toml
+from tests.support.processes import Proc, Processes, free_port, upstream_toml
 
 from stub.faults import KINDS
 
@@ -70,7 +70,7 @@ def upstream_name(fault: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def fault_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     processes = Processes(tmp_path_factory.mktemp("faults"))
     try:
         toml = ""
@@ -80,9 +80,19 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             else:
                 url = processes.stub("--fault", fault, "--tokens", "8").url
             toml += upstream_toml(upstream_name(fault), url, [fault], ADMISSION, TIMEOUTS)
-        yield processes.gateway(toml).url
+        yield processes.gateway(toml)
     finally:
         processes.stop_all()
+
+
+@pytest.fixture(scope="module")
+def gateway_url(fault_gateway: Proc) -> str:
+    return fault_gateway.url
+
+
+@pytest.fixture(scope="module")
+def ops_url(fault_gateway: Proc) -> str:
+    return fault_gateway.ops_url
 
 
 @pytest.fixture
@@ -128,7 +138,7 @@ def check_error_frame(reply: Reply, surface: str, expected: Outcome) -> None:
 @pytest.mark.parametrize(("surface", "stream"), SURFACES, ids=["v1", "v1-stream", "llm", "llm-stream"])
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_fault_maps_to_documented_outcome(
-    gateway_url: str, session: aiohttp.ClientSession, fault: str, surface: str, stream: bool
+    gateway_url: str, ops_url: str, session: aiohttp.ClientSession, fault: str, surface: str, stream: bool
 ) -> None:
     expected = TABLE[fault][1 if stream else 0]
     reply = await send(session, gateway_url, surface, fault, stream)
@@ -143,5 +153,5 @@ async def test_fault_maps_to_documented_outcome(
             else:
                 expected_start = "input length and `max_tokens` exceed context limit: 8000 + 1000 > 8192"
                 assert message.startswith(expected_start), message
-    await until_idle(session, gateway_url, upstream_name(fault))
-    assert "500" not in statuses(await metrics(session, gateway_url))
+    await until_idle(session, ops_url, upstream_name(fault))
+    assert "500" not in statuses(await metrics(session, ops_url))

@@ -3,7 +3,8 @@
 Real time, short timeouts. The Redis variant needs the Redis at GATEWAY_TEST_REDIS_URL
 (default redis://127.0.0.1:6379/0, `scripts/ensure-redis` starts one): it FAILS when
 Redis is unreachable instead of skipping, so CI cannot pass without exercising it. Each
-Redis test uses its own key prefix and deletes its keys afterwards.
+Redis test uses its own key prefix and deletes its keys afterwards. The `cluster` variant
+runs the same tests on a 3-master Redis Cluster of its own (`redis_cluster = true`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster as ClusterClient
+from tests.support.redis_cluster import RedisCluster
 
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.redis_gate import RedisAdmissionGate
+from adapters.outbound.redis_gate.connection import RedisTarget
 from adapters.outbound.system_clock import SystemClock
 from domain.admission import AdmissionPolicy
 from domain.errors import Draining, QueueFull, QueueTimeout
@@ -43,28 +47,37 @@ async def require_redis(url: str = REDIS_URL) -> None:
         await client.aclose()
 
 
-async def delete_prefix(prefix: str, url: str = REDIS_URL) -> None:
-    client = Redis.from_url(url)
+async def delete_prefix(prefix: str, url: str = REDIS_URL, cluster: bool = False) -> None:
+    client: Any = ClusterClient.from_url(url) if cluster else Redis.from_url(url)
     try:
         keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=500)]
-        if keys:
-            await client.delete(*keys)
+        for key in keys:  # one by one: on a cluster, keys of several slots
+            await client.delete(key)
     finally:
         await client.aclose()
 
 
-@pytest.fixture(params=["memory", "redis"])
+def redis_target(kind: str, request: pytest.FixtureRequest) -> tuple[str | RedisTarget, str]:
+    """The Redis of a test variant: the shared one, or the session's cluster (target, URL)."""
+    if kind == "cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return RedisTarget(url=cluster.url, cluster=True), cluster.url
+    return REDIS_URL, REDIS_URL
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def make_gate(request: pytest.FixtureRequest) -> AsyncIterator[MakeGate]:
     kind: str = request.param
     prefix = f"gwtest-{uuid.uuid4().hex[:12]}"
     made: list[RedisAdmissionGate] = []
-    if kind == "redis":
-        await require_redis()
+    target, url = (REDIS_URL, REDIS_URL) if kind == "memory" else redis_target(kind, request)
+    if kind != "memory":
+        await require_redis(url)
 
     async def make(policies: Mapping[str, AdmissionPolicy | None]) -> Any:
         if kind == "memory":
             return InMemoryAdmissionGate(policies, SystemClock())
-        gate = RedisAdmissionGate(policies, SystemClock(), REDIS_URL, lease_seconds=5, key_prefix=prefix)
+        gate = RedisAdmissionGate(policies, SystemClock(), target, lease_seconds=5, key_prefix=prefix)
         made.append(gate)
         await gate.start()
         return gate
@@ -72,8 +85,8 @@ async def make_gate(request: pytest.FixtureRequest) -> AsyncIterator[MakeGate]:
     yield make
     for gate in made:
         await gate.close()
-    if kind == "redis":
-        await delete_prefix(prefix)
+    if kind != "memory":
+        await delete_prefix(prefix, url, cluster=kind == "cluster")
 
 
 async def test_grants_at_once_up_to_the_cap(make_gate: MakeGate) -> None:
@@ -268,3 +281,23 @@ async def test_concurrent_load_never_exceeds_the_cap(make_gate: MakeGate) -> Non
     await asyncio.wait_for(asyncio.gather(*(one() for _ in range(30))), 20)
     assert done == 30 and peak == 3
     assert gate.snapshot("up").in_use == 0 and gate.snapshot("up").queued == 0
+
+
+async def test_snapshot_reports_the_oldest_waiters_wait(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": policy(cap=1, depth=4, timeout=30.0)})
+    holder = await gate.enter("up")
+    assert gate.snapshot("up").oldest_wait_seconds is None  # nobody waits
+    ticket = await gate.enter("up")
+    started = time.monotonic()
+    await asyncio.sleep(0.6)
+    deadline = time.monotonic() + 3  # the Redis gate reads it with its refresher (0.5 s)
+    while (oldest := gate.snapshot("up").oldest_wait_seconds) is None or oldest < 0.5:
+        assert time.monotonic() < deadline, oldest
+        await asyncio.sleep(0.05)
+    assert 0.5 <= oldest <= time.monotonic() - started + 0.1
+    await ticket.cancel()
+    await holder.release()
+    deadline = time.monotonic() + 3
+    while gate.snapshot("up").oldest_wait_seconds is not None:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)

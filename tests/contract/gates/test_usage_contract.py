@@ -3,8 +3,9 @@ token limits) and `max_in_flight` per consumer.
 
 The Redis variant uses the Redis at GATEWAY_TEST_REDIS_URL (default
 redis://127.0.0.1:6379/0, `scripts/ensure-redis` starts one) with a random key prefix, and
-FAILS when it is unreachable. Real time, except where a test passes its own wall clock to
-reach a UTC midnight.
+FAILS when it is unreachable; the `cluster` variant runs the same tests on a 3-master Redis
+Cluster of its own (`redis_cluster = true`). Real time, except where a test passes its own
+wall clock to reach a UTC midnight.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, require_redis
+from redis.asyncio.cluster import RedisCluster as ClusterClient
+from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, redis_target, require_redis
 
 from adapters.outbound.memory_usage import InMemoryConsumerConcurrency, InMemoryUsageLedger
+from adapters.outbound.redis_gate.connection import RedisTarget
 from adapters.outbound.redis_usage import RedisConsumerConcurrency, RedisUsageLedger
 from domain.consumers import EMPTY_SNAPSHOT, Consumer, ConsumerLimits, LimitKind
 from domain.errors import QueueTimeout, RateLimited
@@ -43,15 +46,15 @@ class WallClock:
 
 
 class Backend:
-    def __init__(self, kind: str, prefix: str) -> None:
-        self.kind, self.prefix = kind, prefix
+    def __init__(self, kind: str, prefix: str, target: str | RedisTarget = REDIS_URL, url: str = REDIS_URL) -> None:
+        self.kind, self.prefix, self.target, self.url = kind, prefix, target, url
         self.made: list[Any] = []
 
     async def ledger(self, wall_time: Callable[[], float] | None = None) -> Any:
         if self.kind == "memory":
             made: Any = InMemoryUsageLedger(wall_time) if wall_time else InMemoryUsageLedger()
         else:
-            made = RedisUsageLedger(REDIS_URL, self.prefix, wall_time=wall_time)
+            made = RedisUsageLedger(self.target, self.prefix, wall_time=wall_time)
         await made.start()
         self.made.append(made)
         return made
@@ -60,7 +63,7 @@ class Backend:
         if self.kind == "memory":
             made: Any = InMemoryConsumerConcurrency()
         else:
-            made = RedisConsumerConcurrency(REDIS_URL, self.prefix, lease_seconds=5.0)
+            made = RedisConsumerConcurrency(self.target, self.prefix, lease_seconds=5.0)
         await made.start()
         self.made.append(made)
         return made
@@ -69,24 +72,28 @@ class Backend:
         """Keys of this test still in Redis (none for memory)."""
         if self.kind == "memory":
             return []
-        client = Redis.from_url(REDIS_URL, decode_responses=True)
+        client: Any = (ClusterClient if self.kind == "cluster" else Redis).from_url(self.url, decode_responses=True)
         try:
             return [key async for key in client.scan_iter(match=f"{self.prefix}:*", count=500)]
         finally:
             await client.aclose()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     kind: str = request.param
-    if kind == "redis":
-        await require_redis()
-    made = Backend(kind, f"gwtest-{uuid.uuid4().hex[:12]}")
+    prefix = f"gwtest-{uuid.uuid4().hex[:12]}"
+    if kind == "memory":
+        made = Backend(kind, prefix)
+    else:
+        target, url = redis_target(kind, request)
+        await require_redis(url)
+        made = Backend(kind, prefix, target, url)
     yield made
     for thing in made.made:
         await thing.close()
-    if kind == "redis":
-        await delete_prefix(made.prefix)
+    if kind != "memory":
+        await delete_prefix(made.prefix, made.url, cluster=kind == "cluster")
 
 
 async def test_requests_per_minute_admits_exactly_the_limit(backend: Backend) -> None:

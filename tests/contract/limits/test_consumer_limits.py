@@ -48,7 +48,7 @@ async def _post(c: httpx.AsyncClient, gw: Proc, key: str, **body: object) -> htt
 
 
 async def _metrics(c: httpx.AsyncClient, gw: Proc) -> list[tuple[str, dict[str, str], float]]:
-    return list(samples((await c.get(gw.url + "/metrics")).text))
+    return list(samples((await c.get(gw.ops_url + "/metrics")).text))
 
 
 @pytest.fixture

@@ -256,7 +256,7 @@ def _wait_slots(gateway: Proc, count: float, timeout: float = 5.0) -> None:
     """Poll the gateway's `gateway_upstream_slots_in_use` gauge until it reads `count`."""
     series, deadline = 'gateway_upstream_slots_in_use{upstream="reasoning"}', time.monotonic() + timeout
     while True:
-        with urllib.request.urlopen(f"{gateway.url}/metrics", timeout=2) as response:
+        with urllib.request.urlopen(f"{gateway.ops_url}/metrics", timeout=2) as response:
             lines = response.read().decode().splitlines()
         if any(line.startswith(series) and float(line.split()[-1]) == count for line in lines):
             return

@@ -34,7 +34,7 @@ async def test_sigterm_mid_stream_drains(procs: Processes) -> None:
         assert queued_stream.status == 200  # its queue frames started the response
         first = await queued_stream.content.readuntil(b"\n\n")
         assert first.startswith(b"event: queue")
-        await _wait_queue(http, url, 2)
+        await _wait_queue(http, gateway.ops_url, 2)
 
         gateway.signal(signal.SIGTERM)
 

@@ -39,13 +39,17 @@ grep -c 'max_concurrent=7' /tmp/stub-reasoning.log"""
 def seed_gateway(procs: Processes) -> int:
     stub = procs.stub("--hold", "2", log=LOG)
     port = seed_gateway_port()
-    procs.gateway(
+    return procs.gateway(
         upstream_toml("reasoning", stub.url, ["reasoning"], {
             "sequence_slots": 8, "max_in_flight": 6, "queue_depth": 8, "queue_timeout_seconds": 30,
         }),
         port=port,
-    )
-    return port
+    ).port
+
+
+@pytest.fixture
+def ops_url(procs: Processes, seed_gateway: int) -> str:
+    return procs.procs[-1].ops_url
 
 
 def _counts(output: str) -> dict[str, int]:
@@ -65,14 +69,14 @@ def test_forty_concurrent_requests(seed_gateway: int) -> None:
     assert "max_concurrent=6" in LOG.read_text()
 
 
-def test_rejected_request_carries_retry_after(seed_gateway: int) -> None:
+def test_rejected_request_carries_retry_after(seed_gateway: int, ops_url: str) -> None:
     # Saturate (6 in flight, 8 queued), then the seed's probe is the 15th and is rejected.
     fill = subprocess.Popen(
         ["bash", "-c", "seq 14 | xargs -P14 -I{} curl -s -o /dev/null -X POST "
          f"localhost:{seed_gateway}/v1/chat/completions -H 'content-type: application/json' "
          "-d '{\"model\":\"reasoning\",\"messages\":[]}'"])
     try:
-        _wait_for_queue(seed_gateway, 8)
+        _wait_for_queue(ops_url, 8)
         out = seed_shell(RETRY_AFTER, seed_gateway).stdout
         assert out.lower().startswith("retry-after:"), out
         assert int(out.split(":")[1]) >= 1
@@ -86,13 +90,13 @@ def test_both_surfaces_share_one_cap(seed_gateway: int) -> None:
     assert "max_concurrent=6" in text and "max_concurrent=7" not in text
 
 
-def _wait_for_queue(port: int, depth: int, timeout: float = 10.0) -> None:
+def _wait_for_queue(ops_url: str, depth: int, timeout: float = 10.0) -> None:
     import time
     import urllib.request
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
+        with urllib.request.urlopen(f"{ops_url}/metrics") as response:
             page = samples(response.read().decode())
         if (gauge(page, "gateway_upstream_queue_depth", "reasoning") or 0) >= depth:
             return

@@ -245,3 +245,19 @@ async def test_refusals_while_draining_are_counted() -> None:
         with pytest.raises(Draining):
             await gate.enter(upstream)
     assert gate.counters("capped")["rejected_draining"] == 1
+
+
+async def test_snapshot_tells_how_long_the_oldest_waiter_has_waited() -> None:
+    gate, clock = make_gate(cap=1, depth=3)
+    holder = await lease_of(gate)
+    assert gate.snapshot("reasoning").oldest_wait_seconds is None  # nobody waits
+    first = await ticket_of(gate)
+    clock.advance(2.0)
+    second = await ticket_of(gate)
+    clock.advance(0.5)
+    assert gate.snapshot("reasoning").oldest_wait_seconds == pytest.approx(2.5)
+    await first.cancel()
+    assert gate.snapshot("reasoning").oldest_wait_seconds == pytest.approx(0.5)
+    await second.cancel()
+    await holder.release()
+    assert gate.snapshot("reasoning").oldest_wait_seconds is None

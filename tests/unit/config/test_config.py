@@ -85,6 +85,24 @@ def test_admission_keys_have_no_defaults(missing: str) -> None:
         ('[server]\nworkers = 2\n' + UPSTREAM, r"server\.workers > 1 needs admission\.backend = 'redis'"),
         ('[admission]\nbackend = "redis"\n' + UPSTREAM, r"admission\.redis_url is required"),
         ('[admission]\nbackend = "etcd"\n' + UPSTREAM, r"invalid value for 'admission\.backend'"),
+        ('[admission]\nbackend = "redis"\nredis_url = "redis://r"\nredis_sentinels = ["s:26379"]\n'
+         'redis_sentinel_master = "m"\n' + UPSTREAM,
+         r"admission\.redis_url and admission\.redis_sentinels: set exactly one"),
+        ('[admission]\nbackend = "redis"\nredis_sentinels = ["s:26379"]\n' + UPSTREAM,
+         r"admission\.redis_sentinel_master is required"),
+        ('[admission]\nbackend = "redis"\nredis_sentinels = []\nredis_sentinel_master = "m"\n' + UPSTREAM,
+         r"admission\.redis_sentinels must list"),
+        ('[admission]\nbackend = "redis"\nredis_sentinels = ["s"]\nredis_sentinel_master = "m"\n' + UPSTREAM,
+         r"admission\.redis_sentinels\[0\] must be HOST:PORT"),
+        ('[admission]\nbackend = "redis"\nredis_url = "redis://r"\nredis_sentinel_master = "m"\n' + UPSTREAM,
+         r"admission\.redis_sentinel_master is only used with admission\.redis_sentinels"),
+        ('[admission]\nbackend = "redis"\nredis_sentinels = ["s:1"]\nredis_sentinel_master = "m"\n'
+         "redis_cluster = true\n" + UPSTREAM, r"admission\.redis_cluster needs admission\.redis_url"),
+        ('[admission]\nbackend = "redis"\nredis_url = "redis://r"\nredis_cluster = true\nkey_prefix = "{g}"\n'
+         + UPSTREAM, r"admission\.key_prefix must not contain"),
+        ('[ops]\nlisten = "nope"\n' + UPSTREAM, r"ops\.listen must be HOST:PORT"),
+        ('[ops]\nlisten = "127.0.0.1:8080"\n' + UPSTREAM, r"ops\.listen must differ from server\.listen"),
+        ('[ops]\nlisen = "x"\n' + UPSTREAM, r"unknown key 'ops\.lisen'"),
         (UPSTREAM + ADMISSION + 'fairness = "wfq"\n', r"invalid value for 'upstreams\.a\.admission\.fairness'"),
         (UPSTREAM + ADMISSION + "max_queued_per_consumer = 0\n",
          r"invalid value for 'upstreams\.a\.admission\.max_queued_per_consumer'"),
@@ -99,6 +117,30 @@ def test_admission_keys_have_no_defaults(missing: str) -> None:
 def test_mistakes_name_the_key(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config_text(text)
+
+
+def test_redis_sentinels_cluster_and_ops_defaults() -> None:
+    sentinel = load_config_text('[admission]\nbackend = "redis"\nredis_sentinels = ["a:26379", "b:26380"]\n'
+                                'redis_sentinel_master = "gateway"\n' + UPSTREAM)
+    assert sentinel.admission.redis_sentinels == ["a:26379", "b:26380"]
+    assert sentinel.admission.redis_url is None and not sentinel.admission.redis_cluster
+    cluster = load_config_text('[admission]\nbackend = "redis"\nredis_url = "redis://n1:7000"\nredis_cluster = true\n'
+                               + UPSTREAM)
+    assert cluster.admission.redis_cluster
+    assert load_config_text(UPSTREAM).ops.listen == "127.0.0.1:9464"
+    assert load_config_text('[ops]\nlisten = "127.0.0.1:0"\n' + UPSTREAM).ops.listen == "127.0.0.1:0"
+
+
+def test_check_config_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`gateway check-config ... | head` used to end in a BrokenPipeError traceback."""
+    big = tmp_path / "big.toml"  # an effective config far larger than a pipe's buffer
+    big.write_text("".join(f'[upstreams.u{i}]\nurl = "http://u{i}:80"\nmodels = ["m{i}"]\n' for i in range(600)))
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"{sys.executable} -m bootstrap check-config --config {big} | head -n 2"],
+        capture_output=True, text=True, check=False, timeout=60)
+    assert done.stdout.splitlines()[0] == "{", done.stdout[:200]
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
 
 
 def test_check_config_cli(tmp_path: Path) -> None:

@@ -174,3 +174,23 @@ def test_a_keys_file_mounted_by_sub_path_or_invalid_fails() -> None:
     validate.find(objects, "Secret", "gateway-keys")["stringData"]["keys.toml"] = "[consumers.a]\nkeys = [\"x\"]\n"
     problems = validate.invariant_problems(objects, config)
     assert any("consumers.a.keys[0]" in p for p in problems)
+
+
+def test_the_ops_port_is_scraped_and_never_routed_by_the_service() -> None:
+    objects = validate.render(BASE)
+    assert validate.ops_problems(objects, validate.gateway_config(objects), _deployment(objects)) == []
+    service = validate.find(objects, "Service", "gateway")
+    service["spec"]["ports"].append({"name": "ops", "port": 9464, "targetPort": "ops"})
+    annotations = _deployment(objects)["spec"]["template"]["metadata"]["annotations"]
+    annotations["prometheus.io/port"] = "8080"
+    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    assert any("routes the ops port 9464" in p for p in problems), problems
+    assert any("must point at the ops listener" in p for p in problems), problems
+
+
+def test_the_ops_port_must_be_a_container_port() -> None:
+    objects = validate.render(BASE)
+    container = _deployment(objects)["spec"]["template"]["spec"]["containers"][0]
+    container["ports"] = [p for p in container["ports"] if p["name"] != "ops"]
+    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    assert any("no containerPort 9464 for the ops listener" in p for p in problems), problems

@@ -139,7 +139,6 @@ async def _frames(
     hang-up cancels it, which closes the service stream and frees the slot.
     """
     record = call.record
-    queued_at: float | None = None
     admitted = started = False
     held: list[bytes] = []  # the closing frames, sent with the terminal ones
     pending: asyncio.Future[Any] | None = None
@@ -165,14 +164,10 @@ async def _frames(
                         break
                 if type(item) is QueuePosition:
                     if not admitted:
-                        if not started:
-                            queued_at, started = call.elapsed(), True
+                        started = True
                         yield queue_news(item.position, item.queued)
                     continue
-                if not admitted:
-                    admitted = True
-                    if queued_at is not None:
-                        record.queue_wait_seconds = call.elapsed() - queued_at
+                admitted = True  # the service noted the queue wait at admission, not here (after TTFT)
                 frames: list[bytes] = []
                 for chunk in item:
                     frames += machine.feed_many(chunk.events)

@@ -32,6 +32,18 @@ _RETRY_SECONDS = 0.5  # pause before resubscribing after a pub/sub failure
 REDIS_DOWN: tuple[type[BaseException], ...] = (RedisError, OSError, asyncio.TimeoutError)
 
 
+class RedisHealth:
+    """What this process saw of Redis lately, for the metrics: `gateway_redis_reachable`
+    (the refresher's and heartbeat's last call answered) and
+    `gateway_lease_heartbeat_failures_total` (renewals that did not reach Redis)."""
+
+    __slots__ = ("heartbeat_failures", "reachable")
+
+    def __init__(self) -> None:
+        self.reachable = True
+        self.heartbeat_failures = 0
+
+
 async def heartbeat_loop(gate: LedgerCore) -> None:
     lease_ms = int(gate._lease * 1000)
     failing = False
@@ -53,10 +65,13 @@ async def heartbeat_loop(gate: LedgerCore) -> None:
                 elif owner == gate._owner:
                     gate._last_renewal = started
             await flush_pending(gate)
+            gate.health.reachable = True
             if failing:
                 log.warning("redis admission: Redis reachable again")
                 failing = False
         except REDIS_DOWN as error:
+            gate.health.reachable = False
+            gate.health.heartbeat_failures += 1
             if not failing:
                 log.warning("redis admission: heartbeat failed: %s", error)
                 failing = True
@@ -120,11 +135,30 @@ def dispatch(gate: LedgerCore, message: dict[str, Any]) -> None:
                 early.popitem(last=False)
 
 
+async def read_oldest(gate: LedgerCore) -> None:
+    """Each capped upstream's longest waiter (the queue deadline ZSET's first score, minus
+    the timeout), on this process's clock, for the snapshot's oldest wait (status page)."""
+    async with gate._redis.pipeline(transaction=False) as pipe:
+        for up in gate._capped:
+            pipe.zrange(up.deadlines, 0, 0, withscores=True)
+        replies = await pipe.execute()
+    now = gate._clock.now()
+    for up, first in zip(gate._capped, replies, strict=True):
+        if not first or up.policy is None:
+            up.oldest = None
+            continue
+        arrived_ms = float(first[0][1]) - up.policy.queue_timeout_seconds * 1000
+        up.oldest = now - max(0.0, up.stamp / 1000 - arrived_ms) / 1000  # stamp: the maintain reply's server time
+
+
 async def refresh_loop(gate: LedgerCore) -> None:
     while not gate._closed:
         try:
             await gate._pipeline("maintain", gate._owner)
+            await read_oldest(gate)
+            gate.health.reachable = True
         except REDIS_DOWN as error:
+            gate.health.reachable = False
             log.debug("redis admission: refresh failed: %s", error)
         except Exception:
             log.exception("redis admission: refresh error")

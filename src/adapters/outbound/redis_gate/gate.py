@@ -11,6 +11,7 @@ import asyncio
 
 from adapters.outbound.redis_gate import background, scripts
 from adapters.outbound.redis_gate.background import REDIS_DOWN
+from adapters.outbound.redis_gate.connection import prepare
 from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream, log
 from adapters.outbound.redis_gate.tickets import DRAINED, OpenLease, RedisLease, RedisTicket
 from domain.consumers import ANONYMOUS, Consumer
@@ -40,6 +41,7 @@ class RedisAdmissionGate(LedgerCore):
         if not self._capped or self._loops:
             return
         try:
+            await prepare(self._redis)
             await self._register()
         except REDIS_DOWN as error:
             log.warning("redis admission: cannot register at start (%s); retrying", error)
@@ -103,9 +105,10 @@ class RedisAdmissionGate(LedgerCore):
         if up.policy is None:
             return GateSnapshot(in_use=up.open, queued=0, limit=None, queue_limit=None)
         in_use, queued = up.cache
+        oldest = None if not queued or up.oldest is None else max(0.0, self._clock.now() - up.oldest)
         return GateSnapshot(
             in_use=in_use, queued=queued, limit=up.policy.max_in_flight,
-            queue_limit=up.policy.queue_depth,
+            queue_limit=up.policy.queue_depth, oldest_wait_seconds=oldest,
         )
 
     def upstreams(self) -> list[str]:

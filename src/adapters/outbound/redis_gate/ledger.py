@@ -19,8 +19,8 @@ from typing import Any
 
 from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
-from adapters.outbound.redis_gate.background import REDIS_DOWN
-from adapters.outbound.redis_gate.connection import connect
+from adapters.outbound.redis_gate.background import REDIS_DOWN, RedisHealth
+from adapters.outbound.redis_gate.connection import RedisTarget, connect, run_scripts
 from adapters.outbound.redis_gate.tickets import EXPIRED, LOST, WAITING, RedisLease, RedisTicket
 from domain.admission import DEFAULT_RETRY_AFTER, EWMA_ALPHA, MAX_RETRY_AFTER, AdmissionPolicy
 from ports.clock import Clock
@@ -37,7 +37,8 @@ FencedHook = Callable[[str, int], None]  # (reason, leases and tickets lost)
 class Upstream:
     """Per-upstream local state: policy, keys, snapshot cache, counters, service time."""
 
-    __slots__ = ("args", "cache", "counts", "key", "keys", "open", "policy", "service", "stamp")
+    __slots__ = ("args", "cache", "counts", "deadlines", "key", "keys", "oldest", "open", "policy", "service",
+                 "stamp")
 
     def __init__(self, key: str, policy: AdmissionPolicy | None, prefix: str) -> None:
         self.key, self.policy = key, policy
@@ -45,6 +46,8 @@ class Upstream:
         self.args: list[Any] = [0 if policy is None else policy.max_in_flight, channel]
         self.cache = (0, 0)  # (in_use, queued) as last read from Redis
         self.stamp = 0  # server time (us) of the reply `cache` came from
+        self.deadlines = next(k for k in self.keys if k.endswith(":deadlines"))
+        self.oldest: float | None = None  # local-clock arrival of the longest waiter, as last read
         self.counts = dict.fromkeys(_COUNTER_NAMES, 0)
         self.open = 0  # leases held on an uncapped upstream
         self.service: float | None = None  # EWMA of this process's service times
@@ -61,7 +64,7 @@ class LedgerCore:
     """State and Redis plumbing shared by the gate, its tickets and its loops."""
 
     def __init__(
-        self, policies: Mapping[str, AdmissionPolicy | None], clock: Clock, redis_url: str,
+        self, policies: Mapping[str, AdmissionPolicy | None], clock: Clock, redis_url: str | RedisTarget,
         lease_seconds: float = 10.0, key_prefix: str = "gateway", *,
         on_fenced: FencedHook | None = None, recheck_seconds: float = 1.0,
         refresh_seconds: float = 0.5, socket_timeout: float = 2.0,
@@ -96,6 +99,7 @@ class LedgerCore:
         self._draining = self._closed = False
         self._idle = IdleSignal(self._is_idle)
         self.fence_count = 0
+        self.health = RedisHealth()
 
     # -- script calls ------------------------------------------------------------------
 
@@ -105,10 +109,8 @@ class LedgerCore:
 
     async def _pipeline(self, name: str, *args: Any) -> list[int]:
         """The same script on every capped upstream, in one round trip."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for up in self._capped:
-                await self._scripts[name](keys=up.keys, args=[*up.args, *args], client=pipe)
-            replies = await pipe.execute()
+        script = self._scripts[name]
+        replies = await run_scripts(self._redis, [(script, up.keys, [*up.args, *args]) for up in self._capped])
         return [self._absorb(up, r)[0] for up, r in zip(self._capped, replies, strict=True)]
 
     def _absorb(self, up: Upstream, reply: list[Any]) -> tuple[int, int]:

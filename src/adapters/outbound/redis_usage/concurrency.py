@@ -23,7 +23,7 @@ from itertools import count
 from typing import Any
 
 from adapters.outbound.memory_usage import UNLIMITED_SLOT, UnlimitedSlot
-from adapters.outbound.redis_gate.connection import REDIS_DOWN, connect
+from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect, prepare, run_scripts
 from adapters.outbound.redis_usage import scripts
 from adapters.outbound.redis_usage.tasks import Detached
 from domain.consumers import Consumer
@@ -79,7 +79,7 @@ class RedisSlot:
 class RedisConsumerConcurrency:
     """`ports.consumers.ConsumerConcurrency` on Redis; `start`/`close` run its two loops."""
 
-    def __init__(self, redis_url: str, key_prefix: str = "gateway", lease_seconds: float = 10.0, *,
+    def __init__(self, redis_url: str | RedisTarget, key_prefix: str = "gateway", lease_seconds: float = 10.0, *,
                  recheck_seconds: float = 0.5, socket_timeout: float = 2.0) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
@@ -106,6 +106,10 @@ class RedisConsumerConcurrency:
         """Start the lease renewal and the pub/sub listener; never fails for Redis."""
         if self._loops:
             return
+        try:
+            await prepare(self._redis)
+        except REDIS_DOWN as error:
+            log.warning("consumer slots: Redis unreachable at start (%s)", error)
         self._loops = [asyncio.create_task(self._renew_loop(), name="consumer-slots-renew"),
                        asyncio.create_task(self._listen_loop(), name="consumer-slots-listener")]
         with contextlib.suppress(TimeoutError):
@@ -227,10 +231,8 @@ class RedisConsumerConcurrency:
             by_key.setdefault(slot.key, []).append(token)
         if not by_key:
             return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key, tokens in by_key.items():
-                await self._renew(keys=[key], args=["", self._lease_ms, *tokens], client=pipe)
-            replies = await pipe.execute()
+        replies = await run_scripts(
+            self._redis, [(self._renew, [key], ["", self._lease_ms, *tokens]) for key, tokens in by_key.items()])
         missing = sum(int(reply[0]) for reply in replies)
         if missing:
             self.lost += missing

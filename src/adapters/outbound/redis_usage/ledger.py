@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from adapters.outbound.memory_usage import UNLIMITED, UnlimitedReservation
-from adapters.outbound.redis_gate.connection import REDIS_DOWN, connect
+from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect, prepare
 from adapters.outbound.redis_usage import scripts
 from adapters.outbound.redis_usage.tasks import Detached
 from domain.consumers import Consumer, ConsumerLimits, LimitKind
@@ -45,7 +45,7 @@ class RedisUsageLedger:
     one clock; tests pass a fake clock (wall-clock seconds) to reach windows and midnights.
     """
 
-    def __init__(self, redis_url: str, key_prefix: str = "gateway", *, socket_timeout: float = 2.0,
+    def __init__(self, redis_url: str | RedisTarget, key_prefix: str = "gateway", *, socket_timeout: float = 2.0,
                  wall_time: Callable[[], float] | None = None) -> None:
         self._redis = connect(redis_url, socket_timeout)
         self._reserve = self._redis.register_script(scripts.RESERVE)
@@ -55,7 +55,12 @@ class RedisUsageLedger:
         self._tasks = Detached()
 
     async def start(self) -> None:
-        """Nothing to start: a script is loaded on first use (and again after a restart)."""
+        """Scripts are loaded on first use (and again after a restart); a cluster client learns
+        its slot map here. Never fails for Redis."""
+        try:
+            await prepare(self._redis)
+        except REDIS_DOWN as error:
+            log.warning("consumer counters: Redis unreachable at start (%s)", error)
 
     async def close(self) -> None:
         await self._tasks.wait(2.0)  # settles still on their way to Redis

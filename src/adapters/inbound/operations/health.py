@@ -1,4 +1,7 @@
-"""Operations endpoints: liveness, readiness and Prometheus metrics (plain Litestar handlers)."""
+"""Liveness, readiness and Prometheus metrics (plain Litestar handlers).
+
+The public listener gets `health_handlers` only; the ops listener all of them.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,8 @@ from litestar.handlers import HTTPRouteHandler
 _TEXT = "text/plain; charset=utf-8"
 
 
-def operations_handlers(
-    metrics: Callable[[], tuple[bytes, bytes]], ready: Callable[[], bool]
-) -> list[HTTPRouteHandler]:
-    """`metrics()` returns (content type, exposition text); `ready()` is False while draining."""
+def health_handlers(ready: Callable[[], bool]) -> list[HTTPRouteHandler]:
+    """`ready()` is False while draining."""
 
     @get("/healthz", include_in_schema=False)
     async def healthz() -> Response[bytes]:
@@ -25,9 +26,15 @@ def operations_handlers(
             return Response(b"ready\n", media_type=_TEXT)
         return Response(b"draining\n", status_code=503, media_type=_TEXT)
 
+    return [healthz, readyz]
+
+
+def metrics_handler(metrics: Callable[[], tuple[bytes, bytes]]) -> HTTPRouteHandler:
+    """`metrics()` returns (content type, exposition text)."""
+
     @get("/metrics", include_in_schema=False)
     async def metrics_endpoint() -> Response[bytes]:
         content_type, body = metrics()
         return Response(body, media_type=content_type.decode("latin-1"))
 
-    return [healthz, readyz, metrics_endpoint]
+    return metrics_endpoint
