@@ -83,9 +83,9 @@ def test_document_describes_every_dialect_endpoint() -> None:
 
 def test_each_dialect_keeps_its_own_component_for_a_shared_name() -> None:
     schemas = _document()["components"]["schemas"]
-    assert set(schemas["openai_schema_ErrorInfo"]["required"]) == {"message", "type"}
+    assert set(schemas["_shared_problem_ErrorInfo"]["required"]) == {"message", "type"}
     assert set(schemas["anthropic_schema_ErrorInfo"]["required"]) == {"message", "type"}
-    assert "param" in schemas["openai_schema_ErrorInfo"]["properties"]
+    assert "param" in schemas["_shared_problem_ErrorInfo"]["properties"]
     assert "has_more" in schemas["anthropic_schema_ModelList"]["properties"]
 
 

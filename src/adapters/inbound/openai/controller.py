@@ -18,10 +18,10 @@ from adapters.inbound._shared.dialect import EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
+from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
 from adapters.inbound.openai import schema as wire
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request, encode_models, response_body
-from adapters.inbound.openai.rate_headers import rate_limit_header_map
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
 from domain.canonical import ChatResponse, StreamChunk, StreamError
 from domain.errors import GatewayError
