@@ -24,7 +24,7 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 
 import serving
-from adapters.inbound import anthropic, openai
+from adapters.inbound import anthropic, openai, responses
 from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
 from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # imported where used: a process without Redis or tracing nev
     from adapters.outbound.redis_gate import RedisAdmissionGate
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
-DIALECTS: list[DialectRouter] = [openai.router, anthropic.router]
+DIALECTS: list[DialectRouter] = [openai.router, anthropic.router, responses.router]
 
 log = logging.getLogger("gateway")
 

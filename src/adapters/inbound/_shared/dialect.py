@@ -86,12 +86,15 @@ def _no_such_route() -> HTTPRouteHandler:
 
 
 def dialect_router(
-    path: str, surface: str, handlers: Sequence[HTTPRouteHandler], errors: ErrorRenderer, context: EdgeContext
+    path: str, surface: str, handlers: Sequence[HTTPRouteHandler], errors: ErrorRenderer, context: EdgeContext,
+    *, unknown_paths: bool = True,
 ) -> Router:
     """A dialect's Router: its handlers under `path`, plus the shared edge (module doc).
 
     Unknown paths under `path` and methods a path does not take are answered here, so
     they keep the surface's error shape; `surface` labels the records (logs, metrics).
+    A dialect that shares its prefix with another (the Responses API lives under `/v1`)
+    passes `unknown_paths=False`: the prefix's owner answers them (one catch-all per prefix).
     """
     taken: dict[str, set[HttpMethod]] = {}
     for handler in handlers:
@@ -108,7 +111,7 @@ def dialect_router(
 
     return Router(
         path=path,
-        route_handlers=[*handlers, *refusals, _no_such_route()],
+        route_handlers=[*handlers, *refusals, *([_no_such_route()] if unknown_paths else [])],
         middleware=[edge],
         guards=guards,
         exception_handlers={Exception: exception_handler(errors)},
