@@ -287,6 +287,7 @@ OutputItem = OutputMessage | FunctionCallOut | ReasoningOut
 
 class InputTokensDetails(Struct, kw_only=True):
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class OutputTokensDetails(Struct, kw_only=True):

@@ -128,9 +128,11 @@ class ResponseStream:
             if self.phase is not Phase.OPEN and kind in _OUTPUT:
                 continue  # nothing is added to an answer that finished
             if kind is TextDelta:
-                out.append(self._text(event.text))  # type: ignore[union-attr]
+                if event.text:  # type: ignore[union-attr]  # an empty delta opens no item
+                    out.append(self._text(event.text))  # type: ignore[union-attr]
             elif kind is ThinkingDelta:
-                out.append(self._thinking(event.text))  # type: ignore[union-attr]
+                if event.text:  # type: ignore[union-attr]
+                    out.append(self._thinking(event.text))  # type: ignore[union-attr]
             elif kind is ToolCallStart:
                 out.append(self._call_start(event))  # type: ignore[arg-type]
             elif kind is ToolArgsDelta:
@@ -162,7 +164,8 @@ class ResponseStream:
         if self.phase is Phase.CLOSED:
             return b""
         self.failure = StreamError(kind=kind, message=message, status=status)
-        out = self.admitted()  # the SDKs need `response.created` first, even for a Response that never ran
+        # The SDKs need `response.created` first, even for a Response that never ran.
+        out = self._lifecycle("response.created", "in_progress") if self.phase is Phase.IDLE else b""
         self.phase = Phase.CLOSED
         code = _ERROR_CODES.get(kind) or ("server_error" if status >= 500 else "invalid_prompt")
         error = w.ErrorEvent(sequence_number=self._next(), code=code, message=message)
