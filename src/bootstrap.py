@@ -40,6 +40,7 @@ from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
 from application.chat import ChatService
+from application.completions import CompletionService, EmbeddingService
 from application.consumer_limits import ConsumerLimits
 from config import Config, ConfigError, dump_config, load_config, parse_listen
 from domain.admission import AdmissionPolicy
@@ -271,18 +272,22 @@ class Container(containers.DeclarativeContainer):
         ),
         config, router, upstreams, gate, clock, tracing, consumer_limits,
     )
+    # Text completions and embeddings: the same upstream clients, gates and consumer limits.
+    completions = providers.Singleton(CompletionService, router, upstreams, gate, clock, tracing, consumer_limits)
+    embeddings = providers.Singleton(EmbeddingService, router, upstreams, gate, clock, tracing, consumer_limits)
     metrics = providers.Singleton(PrometheusMetrics, gate)
     request_log = providers.Singleton(lambda c: JsonRequestLog(enabled=c.server.access_log), config)
     observer = providers.Singleton(
         lambda log, metrics, tracing: EdgeObserver(log, metrics, tracing=tracing), request_log, metrics, tracing
     )
     edge_context = providers.Singleton(
-        lambda c, router, service, observer, credentials: EdgeContext(
+        lambda c, router, service, observer, credentials, completions, embeddings: EdgeContext(
             service=service, observer=observer, max_body_bytes=c.server.max_body_bytes,
             ping_interval_seconds=c.server.ping_interval_seconds, limits=_input_limits(c, router),
             options={"queue_events": c.server.queue_events}, credentials=credentials,
+            completions=completions, embeddings=embeddings,
         ),
-        config, router, service, observer, credentials,
+        config, router, service, observer, credentials, completions, embeddings,
     )
     app = providers.Singleton(_litestar_app, config, dialects, edge_context, metrics, lifecycle, __self__)
 

@@ -56,6 +56,7 @@ def test_document_describes_every_dialect_endpoint() -> None:
     operations = {(path, method) for path, item in document["paths"].items() for method in item}
     assert operations == {
         ("/v1/chat/completions", "post"), ("/v1/models", "get"), ("/v1/responses", "post"),
+        ("/v1/completions", "post"), ("/v1/embeddings", "post"),
         ("/llm/v1/messages", "post"), ("/llm/v1/messages/count_tokens", "post"), ("/llm/v1/models", "get"),
     }
     paths = document["paths"]

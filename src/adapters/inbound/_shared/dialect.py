@@ -22,6 +22,7 @@ from adapters.inbound._shared.edge import EdgeMiddleware, call_of
 from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
 from application.chat import ChatService
+from application.completions import CompletionService, EmbeddingService
 from domain.errors import HeadersTooLarge, MethodNotAllowed, NotFound
 from ports.consumers import CredentialStore
 from ports.telemetry import RequestObserver
@@ -39,6 +40,10 @@ class EdgeContext:
     limits: InputLimits = field(default_factory=InputLimits)
     # The keys file when `[auth] mode = "required"`; None: every request is anonymous.
     credentials: CredentialStore | None = None
+    # The other operations of a model server (the `/v1` text completions and embeddings
+    # paths); a dialect built without them (tests, a third dialect) does not serve them.
+    completions: CompletionService | None = None
+    embeddings: EmbeddingService | None = None
 
 
 DialectRouter = Callable[[EdgeContext], Router]

@@ -1,4 +1,4 @@
-"""`UpstreamClient` for one OpenAI-compatible server (vLLM), over aiohttp.
+"""`UpstreamClient`, `CompletionClient` and `EmbeddingClient` for one OpenAI-compatible server (vLLM), over aiohttp.
 
 Each upstream address has one `aiohttp.ClientSession` (`session.py`), opened and closed
 by the container; the client looks its session up by its upstream name on each call.
@@ -24,14 +24,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
 
 import aiohttp
 import msgspec
 from yarl import URL
 
-from domain.canonical import ChatRequest, ChatResponse, ChunkBatch
+from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, Usage
+from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import (
     NotSupported,
     UpstreamError,
@@ -41,11 +42,13 @@ from domain.errors import (
 )
 from ports.telemetry import AttributeValue, Span
 
-from .chunk_stream import ChunkStream
+from .chunk_stream import ChunkStream, Mapper
+from .completion_body import encode_completion, encode_embeddings
+from .completion_mapping import TextStreamMapper, completion_from_body, embeddings_from_body
 from .context_errors import upstream_rejection
 from .request_body import encode_chat, encode_tokenize
 from .session import Attempt
-from .stream_mapping import response_from_completion
+from .stream_mapping import StreamMapper, response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
 
 log = logging.getLogger("gateway.upstream")
@@ -64,7 +67,8 @@ class OpenAICompatClient:
     """One upstream server; share one instance per upstream address."""
 
     __slots__ = (
-        "_chat_url", "_first_byte", "_idle", "_sessions", "_timeout", "_tokenize_url", "_tracer", "name",
+        "_chat_url", "_completions_url", "_embeddings_url", "_first_byte", "_idle", "_sessions", "_timeout",
+        "_tokenize_url", "_tracer", "name",
     )
 
     def __init__(
@@ -83,6 +87,8 @@ class OpenAICompatClient:
         self._sessions = sessions  # this upstream's is `sessions[name]`, open while the app runs
         self._tracer = tracer
         self._chat_url = URL(root + "/v1/chat/completions")
+        self._completions_url = URL(root + "/v1/completions")
+        self._embeddings_url = URL(root + "/v1/embeddings")
         self._tokenize_url = URL(root + "/tokenize")
         # Per call: the first byte and each body read are bounded by our own timers below.
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
@@ -93,44 +99,76 @@ class OpenAICompatClient:
         return f"OpenAICompatClient({self.name!r}, {str(self._chat_url.origin())!r})"
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        body = encode_chat(request, stream=False)
-        span, headers = self._client_span(request, _JSON)
+        span, headers = self._client_span("chat", request.model, False, _JSON)
         try:
-            resp = await self._post(self._chat_url, body, headers)
-            try:
-                await self._check_status(resp)
-                raw = await self._read_all(resp)
-            finally:
-                resp.close()  # no-op for the connection once the body was read to its end
-            response = response_from_completion(raw)
+            response = response_from_completion(await self._call(self._chat_url, encode_chat(request, stream=False),
+                                                                 headers))
+        except BaseException as exc:
+            _end_span(span, exc)
+            raise
+        _end_answered(span, response.finish_reason, response.usage)
+        return response
+
+    def open_stream(self, request: ChatRequest) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        span, headers = self._client_span("chat", request.model, True, _SSE)
+        return self._open(self._chat_url, encode_chat(request, stream=True), headers, span, StreamMapper())
+
+    async def complete_text(self, request: CompletionRequest) -> Completion:
+        span, headers = self._client_span("text_completion", request.model, False, _JSON)
+        try:
+            answer = completion_from_body(await self._call(self._completions_url, encode_completion(request), headers))
+        except BaseException as exc:
+            _end_span(span, exc)
+            raise
+        _end_answered(span, answer.finish_reason, answer.usage)
+        return answer
+
+    def open_text_stream(self, request: CompletionRequest) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        span, headers = self._client_span("text_completion", request.model, True, _SSE)
+        return self._open(self._completions_url, encode_completion(request), headers, span, TextStreamMapper())
+
+    async def embed(self, request: EmbeddingRequest) -> Embeddings:
+        span, headers = self._client_span("embeddings", request.model, False, _JSON)
+        try:
+            answer = embeddings_from_body(await self._call(self._embeddings_url, encode_embeddings(request), headers))
         except BaseException as exc:
             _end_span(span, exc)
             raise
         if span is not None:
-            span.set("gen_ai.response.finish_reasons", [response.finish_reason])  # type: ignore[arg-type]
-            span.set("gen_ai.usage.input_tokens", response.usage.input_tokens)
-            span.set("gen_ai.usage.output_tokens", response.usage.output_tokens)
+            span.set("gen_ai.usage.input_tokens", answer.usage.input_tokens)
             span.end()
-        return response
+        return answer
 
-    def _client_span(self, request: ChatRequest, headers: dict[str, str]) -> tuple[Span | None, dict[str, str]]:
+    def _client_span(
+        self, operation: str, model: str, stream: bool, headers: dict[str, str]
+    ) -> tuple[Span | None, dict[str, str]]:
         """A client span for this call (when tracing is on) and headers carrying its context."""
         if self._tracer is None:
             return None, headers
         span, carrier = self._tracer.start_client(
-            f"chat {request.model}",
-            {"gen_ai.operation.name": "chat", "gen_ai.request.model": request.model,
+            f"{operation} {model}",
+            {"gen_ai.operation.name": operation, "gen_ai.request.model": model,
              "gateway.upstream": self.name, "server.address": self._chat_url.host or "",
-             "server.port": self._chat_url.port or 0, "gen_ai.request.stream": request.stream},
+             "server.port": self._chat_url.port or 0, "gen_ai.request.stream": stream},
         )
         return span, {**headers, **carrier}
 
-    @asynccontextmanager
-    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
-        span, headers = self._client_span(request, _SSE)
+    async def _call(self, url: URL, body: bytes, headers: dict[str, str]) -> bytes:
+        """A plain (non-streaming) call: the whole answer body, or the status's domain error."""
+        resp = await self._post(url, body, headers)
         try:
-            resp = await self._post(self._chat_url, encode_chat(request, stream=True), headers)
-            stream = ChunkStream(resp, self._read)
+            await self._check_status(resp)
+            return await self._read_all(resp)
+        finally:
+            resp.close()  # no-op for the connection once the body was read to its end
+
+    @asynccontextmanager
+    async def _open(
+        self, url: URL, body: bytes, headers: dict[str, str], span: Span | None, mapper: Mapper
+    ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
+        try:
+            resp = await self._post(url, body, headers)
+            stream = ChunkStream(resp, self._read, mapper)
             try:
                 await self._check_status(resp)
                 if resp.content_type != "text/event-stream":
@@ -235,6 +273,14 @@ class OpenAICompatClient:
         if status >= 500:
             raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}")
         raise UpstreamProtocolError(f"upstream '{self.name}' answered HTTP {status}")
+
+
+def _end_answered(span: Span | None, finish_reason: str, usage: Usage) -> None:
+    if span is not None:
+        span.set("gen_ai.response.finish_reasons", [finish_reason])  # type: ignore[arg-type]
+        span.set("gen_ai.usage.input_tokens", usage.input_tokens)
+        span.set("gen_ai.usage.output_tokens", usage.output_tokens)
+        span.end()
 
 
 def _end_span(span: Span | None, exc: BaseException | None) -> None:
