@@ -42,8 +42,9 @@ async def test_a_queued_stream_says_queued_and_the_sdk_parses_it(procs: Processe
     async with http_client() as c:
         holder = asyncio.create_task(call(c, gw, "v1", "reasoning"))  # the upstream is full
         await until(logged(log, 1), "the chat request reached the stub")
-        stream = await client.responses.create(model="reasoning", input="hi", stream=True)
-        events = [event async for event in stream]
+        async with client.responses.stream(model="reasoning", input="hi") as stream:  # the SDK's helper
+            events = [event async for event in stream]
+            final = await stream.get_final_response()
         assert (await holder).status == 200
         holder = asyncio.create_task(call(c, gw, "v1", "reasoning"))  # full again, for a raw look
         await until(logged(log, 3), "the second chat request reached the stub")
@@ -52,7 +53,7 @@ async def test_a_queued_stream_says_queued_and_the_sdk_parses_it(procs: Processe
     names = [event.type for event in events]
     assert names[:3] == ["response.created", "response.queued", "response.in_progress"]
     assert events[0].response.status == "queued" and events[1].response.status == "queued"
-    assert names[-1] == "response.completed" and events[-1].response.output_text == "alpha bravo charlie delta"
+    assert names[-1] == "response.completed" and final.output_text == "alpha bravo charlie delta"
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert check_responses_stream(raw_reply.content)[1]["type"] == "response.queued"
 
