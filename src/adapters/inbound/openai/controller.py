@@ -99,7 +99,7 @@ def text_completions_handler(service: CompletionService, limits: InputLimits) ->
         call = call_of(request)
         decoded = decode_completion(await read_body(request, limits.body_timeout_seconds), call.request_id, limits)
         text = decoded.request
-        call.record.stream = text.stream
+        call.record.stream, call.record.operation = text.stream, "text_completion"
         call.watch()
         consumer = call.identity.consumer
         if text.stream:
@@ -126,6 +126,7 @@ def embeddings_handler(service: EmbeddingService, limits: InputLimits) -> HTTPRo
     async def embeddings(request: Request[Any, Any, Any]) -> Response[bytes]:
         call = call_of(request)
         inputs = decode_embeddings(await read_body(request, limits.body_timeout_seconds), call.request_id, limits)
+        call.record.operation = "embeddings"
         call.watch()
         answer = await service.embed(inputs, call.record, call.identity.consumer)
         call.stop_watching()

@@ -26,6 +26,7 @@ from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, re
 from adapters.inbound._shared.problem import Problem
 from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
 from adapters.inbound._shared.sse import comment_frame
+from adapters.inbound.responses import objects as o
 from adapters.inbound.responses import schema as w
 from adapters.inbound.responses.errors import renderer
 from adapters.inbound.responses.mapping import SURFACE, decode_request, encode_response
@@ -54,7 +55,7 @@ def router(context: EdgeContext) -> Router:
     @post(
         "/responses", status_code=200, summary="OpenAI Responses API: create a response",
         operation_id="OpenAI_create_response", dependencies=request_body(w.CreateResponse),
-        responses=responses(w.ResponseObject, Problem, PROBLEM, REQUEST_ERRORS),
+        responses=responses(o.ResponseObject, Problem, PROBLEM, REQUEST_ERRORS),
         operation_class=operation_class(events=EVENT),
     )
     async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream

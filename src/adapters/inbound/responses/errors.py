@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from adapters.inbound._shared.problem import error_info, render_problem
 from adapters.inbound._shared.sse import event_frame
-from adapters.inbound.responses import schema as w
+from adapters.inbound.responses import objects as o
 from domain.errors import GatewayError
 
 
@@ -25,8 +25,8 @@ class ResponsesErrors:
 
     def stream_error(self, error: GatewayError, request_id: str) -> bytes:
         info = error_info(error)
-        event = w.ErrorEvent(sequence_number=0, code=info.code or error.kind, message=error.message, param=info.param)
-        return event_frame(b"error", w.encode(event))
+        event = o.ErrorEvent(sequence_number=0, code=info.code or error.kind, message=error.message, param=info.param)
+        return event_frame(b"error", o.encode(event))
 
 
 renderer = ResponsesErrors()

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from adapters.inbound._shared.limits import InputLimits, too_many_tokens
+from adapters.inbound.responses import objects as o
 from adapters.inbound.responses import schema as w
 from adapters.inbound.responses.input_items import STATELESS, decode_input
 from adapters.inbound.responses.tools import Toolset, decode_tool_choice, decode_tools
@@ -41,7 +42,7 @@ class ResponsesCall(msgspec.Struct, kw_only=True):
 
     chat: ChatRequest
     tools: Toolset  # to give namespaced calls their namespace back
-    template: w.ResponseObject  # the Response echoing the request, status `in_progress`, no output
+    template: o.ResponseObject  # the Response echoing the request, status `in_progress`, no output
 
 
 def decode_request(
@@ -129,10 +130,10 @@ def _response_format(text: w.TextParam | None) -> dict[str, Any]:
     return {"response_format": {"type": "json_schema", "json_schema": schema}}
 
 
-def _template(wire: w.RequestBody, request_id: str, created_at: int) -> w.ResponseObject:
+def _template(wire: w.RequestBody, request_id: str, created_at: int) -> o.ResponseObject:
     reasoning = wire.reasoning or w.ReasoningParam()
     fmt = wire.text.format if wire.text is not None and wire.text.format is not None else None
-    return w.ResponseObject(
+    return o.ResponseObject(
         id=f"resp_{request_id}",
         created_at=created_at,
         status="in_progress",
@@ -142,9 +143,9 @@ def _template(wire: w.RequestBody, request_id: str, created_at: int) -> w.Respon
         model=wire.model,
         parallel_tool_calls=wire.parallel_tool_calls is not False,
         prompt_cache_key=wire.prompt_cache_key,
-        reasoning=w.ReasoningEcho(effort=reasoning.effort, summary=reasoning.summary),
+        reasoning=o.ReasoningEcho(effort=reasoning.effort, summary=reasoning.summary),
         temperature=wire.temperature,
-        text=w.TextEcho(format=msgspec.to_builtins(fmt)) if fmt is not None else w.TextEcho(),
+        text=o.TextEcho(format=msgspec.to_builtins(fmt)) if fmt is not None else o.TextEcho(),
         tool_choice=wire.tool_choice if wire.tool_choice is not None else "auto",
         tools=wire.tools or [],
         top_p=wire.top_p,
@@ -155,29 +156,29 @@ def _template(wire: w.RequestBody, request_id: str, created_at: int) -> w.Respon
 # --- answers --------------------------------------------------------------------------------
 
 
-def item_id(prefix: str, template: w.ResponseObject, index: int) -> str:
+def item_id(prefix: str, template: o.ResponseObject, index: int) -> str:
     """`msg_…`, `fc_…`, `rs_…`: unique within the response (its id) and across responses."""
     return f"{prefix}_{template.id.removeprefix('resp_')}_{index}"
 
 
-def outcome(reason: FinishReason) -> tuple[str, w.IncompleteDetails | None]:
+def outcome(reason: FinishReason) -> tuple[str, o.IncompleteDetails | None]:
     """A finish reason as the Response's status (and why it is incomplete)."""
     if reason == "max_tokens":
-        return "incomplete", w.IncompleteDetails(reason="max_output_tokens")
+        return "incomplete", o.IncompleteDetails(reason="max_output_tokens")
     if reason == "content_filter":
-        return "incomplete", w.IncompleteDetails(reason="content_filter")
+        return "incomplete", o.IncompleteDetails(reason="content_filter")
     return "completed", None
 
 
-def usage_out(usage: Usage) -> w.ResponseUsage:
-    return w.ResponseUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+def usage_out(usage: Usage) -> o.ResponseUsage:
+    return o.ResponseUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                            total_tokens=usage.input_tokens + usage.output_tokens)
 
 
-def function_call(template: w.ResponseObject, tools: Toolset, index: int, call_id: str, offered: str,
-                  arguments: str, status: str) -> w.FunctionCallOut:
+def function_call(template: o.ResponseObject, tools: Toolset, index: int, call_id: str, offered: str,
+                  arguments: str, status: str) -> o.FunctionCallOut:
     name, namespace = tools.split(offered)
-    return w.FunctionCallOut(id=item_id("fc", template, index), call_id=call_id, name=name, arguments=arguments,
+    return o.FunctionCallOut(id=item_id("fc", template, index), call_id=call_id, name=name, arguments=arguments,
                              status=status, namespace=msgspec.UNSET if namespace is None else namespace)
 
 
@@ -186,13 +187,13 @@ def encode_response(response: ChatResponse, call: ResponsesCall) -> bytes:
     template = call.template
     status, incomplete = outcome(response.finish_reason)
     item_status = "incomplete" if status == "incomplete" else "completed"
-    output: list[w.OutputItem] = []
+    output: list[o.OutputItem] = []
     texts: list[str] = []
 
     def close_text() -> None:
         if texts:
-            part = w.OutputTextPart(text="".join(texts))
-            output.append(w.OutputMessage(id=item_id("msg", template, len(output)), status=item_status, content=[part]))
+            part = o.OutputTextPart(text="".join(texts))
+            output.append(o.OutputMessage(id=item_id("msg", template, len(output)), status=item_status, content=[part]))
             texts.clear()
 
     for part in response.content:
@@ -201,12 +202,12 @@ def encode_response(response: ChatResponse, call: ResponsesCall) -> bytes:
             continue
         close_text()
         if type(part) is ThinkingPart and not part.redacted and part.text:
-            content = [w.ReasoningTextPart(text=part.text)]
-            output.append(w.ReasoningOut(id=item_id("rs", template, len(output)), content=content))
+            content = [o.ReasoningTextPart(text=part.text)]
+            output.append(o.ReasoningOut(id=item_id("rs", template, len(output)), content=content))
         elif type(part) is ToolUsePart:
             output.append(function_call(template, call.tools, len(output), part.id, part.name, part.arguments,
                                         item_status))
     close_text()
     answer = msgspec.structs.replace(template, status=status, incomplete_details=incomplete, output=output,
                                      usage=usage_out(response.usage))
-    return w.encode(answer)
+    return o.encode(answer)

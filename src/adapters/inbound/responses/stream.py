@@ -30,7 +30,7 @@ import enum
 import msgspec
 
 from adapters.inbound._shared.sse import event_frame
-from adapters.inbound.responses import schema as w
+from adapters.inbound.responses import objects as o
 from adapters.inbound.responses.mapping import function_call, item_id, outcome, usage_out
 from adapters.inbound.responses.tools import Toolset
 from domain.canonical import (
@@ -76,16 +76,17 @@ class _Item:
 
 
 class ResponseStream:
-    """Produces the frames for each step; `frames()` of what it was fed, in order."""
+    """One Response's stream: `queued()`, `admitted()`, `feed(events)` per upstream chunk, then
+    `finish()` or `fail(...)`; each returns the frames to send now (maybe none)."""
 
     __slots__ = ("_calls", "_open", "_output", "_seq", "_template", "_tools", "failure", "phase", "reason",
                  "usage")  # fmt: skip
 
-    def __init__(self, template: w.ResponseObject, tools: Toolset) -> None:
+    def __init__(self, template: o.ResponseObject, tools: Toolset) -> None:
         self._template = template
         self._tools = tools
         self._seq = 0
-        self._output: list[w.OutputItem] = []  # finished items, by output_index
+        self._output: list[o.OutputItem] = []  # finished items, by output_index
         self._open: _Item | None = None  # an open reasoning or message item
         self._calls: dict[int, _Item] = {}  # open function calls by the upstream's call index
         self.phase = Phase.IDLE
@@ -168,9 +169,9 @@ class ResponseStream:
         out = self._lifecycle("response.created", "in_progress") if self.phase is Phase.IDLE else b""
         self.phase = Phase.CLOSED
         code = _ERROR_CODES.get(kind) or ("server_error" if status >= 500 else "invalid_prompt")
-        error = w.ErrorEvent(sequence_number=self._next(), code=code, message=message)
-        failed = w.ResponseErrorInfo(code=code, message=message)
-        return out + event_frame(b"error", w.encode(error)) + self._lifecycle("response.failed", "failed",
+        error = o.ErrorEvent(sequence_number=self._next(), code=code, message=message)
+        failed = o.ResponseErrorInfo(code=code, message=message)
+        return out + event_frame(b"error", o.encode(error)) + self._lifecycle("response.failed", "failed",
                                                                                 error=failed, output=True)
 
     # --- items ----------------------------------------------------------------------
@@ -181,12 +182,12 @@ class ResponseStream:
         if item is None or item.kind != "message":
             out = self._close_all()
             item = self._start("message", "msg")
-            message = w.OutputMessage(id=item.id, status="in_progress", content=[])
+            message = o.OutputMessage(id=item.id, status="in_progress", content=[])
             out += self._item_event("response.output_item.added", item.index, message)
-            out += self._part_event("response.content_part.added", item, w.OutputTextPart(text=""))
+            out += self._part_event("response.content_part.added", item, o.OutputTextPart(text=""))
         item.chunks.append(text)
-        delta = w.TextDeltaEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index, delta=text)
-        return out + event_frame(b"response.output_text.delta", w.encode(delta))
+        delta = o.TextDeltaEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index, delta=text)
+        return out + event_frame(b"response.output_text.delta", o.encode(delta))
 
     def _thinking(self, text: str) -> bytes:
         item = self._open
@@ -194,13 +195,13 @@ class ResponseStream:
         if item is None or item.kind != "reasoning":
             out = self._close_all()
             item = self._start("reasoning", "rs")
-            reasoning = w.ReasoningOut(id=item.id, status="in_progress")
+            reasoning = o.ReasoningOut(id=item.id, status="in_progress")
             out += self._item_event("response.output_item.added", item.index, reasoning)
-            out += self._part_event("response.content_part.added", item, w.ReasoningTextPart(text=""))
+            out += self._part_event("response.content_part.added", item, o.ReasoningTextPart(text=""))
         item.chunks.append(text)
-        delta = w.ReasoningDeltaEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index,
+        delta = o.ReasoningDeltaEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index,
                                       delta=text)
-        return out + event_frame(b"response.reasoning_text.delta", w.encode(delta))
+        return out + event_frame(b"response.reasoning_text.delta", o.encode(delta))
 
     def _call_start(self, event: ToolCallStart) -> bytes:
         out = self._close_open()
@@ -217,9 +218,9 @@ class ResponseStream:
         if item is None or not event.json_fragment:
             return b""
         item.chunks.append(event.json_fragment)
-        delta = w.ArgumentsDeltaEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index,
+        delta = o.ArgumentsDeltaEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index,
                                       delta=event.json_fragment)
-        return event_frame(b"response.function_call_arguments.delta", w.encode(delta))
+        return event_frame(b"response.function_call_arguments.delta", o.encode(delta))
 
     def _next_index(self) -> int:
         return len(self._output) + len(self._calls) + (self._open is not None)
@@ -239,16 +240,16 @@ class ResponseStream:
         status = self._item_status()
         text = item.text
         if item.kind == "message":
-            part: w.OutputTextPart | w.ReasoningTextPart = w.OutputTextPart(text=text)
-            done = w.TextDoneEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index, text=text)
-            out = event_frame(b"response.output_text.done", w.encode(done))
-            finished: w.OutputItem = w.OutputMessage(id=item.id, status=status, content=[part])  # type: ignore[list-item]
+            part: o.OutputTextPart | o.ReasoningTextPart = o.OutputTextPart(text=text)
+            done = o.TextDoneEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index, text=text)
+            out = event_frame(b"response.output_text.done", o.encode(done))
+            finished: o.OutputItem = o.OutputMessage(id=item.id, status=status, content=[part])  # type: ignore[list-item]
         else:
-            part = w.ReasoningTextPart(text=text)
-            reasoning_done = w.ReasoningDoneEvent(sequence_number=self._next(), item_id=item.id,
+            part = o.ReasoningTextPart(text=text)
+            reasoning_done = o.ReasoningDoneEvent(sequence_number=self._next(), item_id=item.id,
                                                   output_index=item.index, text=text)
-            out = event_frame(b"response.reasoning_text.done", w.encode(reasoning_done))
-            finished = w.ReasoningOut(id=item.id, content=[part], status=status)
+            out = event_frame(b"response.reasoning_text.done", o.encode(reasoning_done))
+            finished = o.ReasoningOut(id=item.id, content=[part], status=status)
         out += self._part_event("response.content_part.done", item, part)
         self._output.append(finished)
         return out + self._item_event("response.output_item.done", item.index, finished)
@@ -260,9 +261,9 @@ class ResponseStream:
         for item in sorted(calls.values(), key=lambda i: i.index):
             arguments = item.text
             call = function_call(self._template, self._tools, item.index, item.call_id, item.name, arguments, status)
-            done = w.ArgumentsDoneEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index,
+            done = o.ArgumentsDoneEvent(sequence_number=self._next(), item_id=item.id, output_index=item.index,
                                         name=call.name, arguments=arguments)
-            out.append(event_frame(b"response.function_call_arguments.done", w.encode(done)))
+            out.append(event_frame(b"response.function_call_arguments.done", o.encode(done)))
             self._output.append(call)
             out.append(self._item_event("response.output_item.done", item.index, call))
         return b"".join(out)
@@ -277,20 +278,20 @@ class ResponseStream:
         self._seq += 1
         return seq
 
-    def _item_event(self, name: str, index: int, item: w.OutputItem) -> bytes:
-        event = w.ItemEvent(type=name, sequence_number=self._next(), output_index=index, item=item)
-        return event_frame(name.encode(), w.encode(event))
+    def _item_event(self, name: str, index: int, item: o.OutputItem) -> bytes:
+        event = o.ItemEvent(type=name, sequence_number=self._next(), output_index=index, item=item)
+        return event_frame(name.encode(), o.encode(event))
 
-    def _part_event(self, name: str, item: _Item, part: w.OutputTextPart | w.ReasoningTextPart) -> bytes:
-        event = w.PartEvent(type=name, sequence_number=self._next(), item_id=item.id, output_index=item.index,
+    def _part_event(self, name: str, item: _Item, part: o.OutputTextPart | o.ReasoningTextPart) -> bytes:
+        event = o.PartEvent(type=name, sequence_number=self._next(), item_id=item.id, output_index=item.index,
                             content_index=0, part=part)
-        return event_frame(name.encode(), w.encode(event))
+        return event_frame(name.encode(), o.encode(event))
 
-    def _lifecycle(self, name: str, status: str, *, incomplete: w.IncompleteDetails | None = None,
-                   error: w.ResponseErrorInfo | None = None, output: bool = False) -> bytes:
+    def _lifecycle(self, name: str, status: str, *, incomplete: o.IncompleteDetails | None = None,
+                   error: o.ResponseErrorInfo | None = None, output: bool = False) -> bytes:
         response = msgspec.structs.replace(
             self._template, status=status, incomplete_details=incomplete, error=error,
             output=list(self._output) if output else [], usage=usage_out(self.usage or Usage()) if output else None,
         )
-        event = w.LifecycleEvent(type=name, sequence_number=self._next(), response=response)
-        return event_frame(name.encode(), w.encode(event))
+        event = o.LifecycleEvent(type=name, sequence_number=self._next(), response=response)
+        return event_frame(name.encode(), o.encode(event))
