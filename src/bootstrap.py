@@ -28,7 +28,7 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 
 import serving
-from adapters.inbound import anthropic, openai
+from adapters.inbound import anthropic, openai, responses
 from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
 from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
@@ -43,6 +43,7 @@ from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
 from application.chat import ChatService
+from application.completions import CompletionService, EmbeddingService
 from application.consumer_limits import ConsumerLimits
 from config import Config, ConfigError, dump_config, load_config, parse_listen, parse_ops_listen
 from domain.admission import AdmissionPolicy
@@ -57,7 +58,7 @@ if TYPE_CHECKING:  # imported where used: a process without Redis or tracing nev
     from adapters.outbound.status_board import StatusBoard
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
-DIALECTS: list[DialectRouter] = [openai.router, anthropic.router]
+DIALECTS: list[DialectRouter] = [openai.router, anthropic.router, responses.router]
 
 log = logging.getLogger("gateway")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's multiprocess mode
@@ -318,6 +319,9 @@ class Container(containers.DeclarativeContainer):
         ),
         config, router, upstreams, gate, clock, tracing, consumer_limits,
     )
+    # Text completions and embeddings: the same upstream clients, gates and consumer limits.
+    completions = providers.Singleton(CompletionService, router, upstreams, gate, clock, tracing, consumer_limits)
+    embeddings = providers.Singleton(EmbeddingService, router, upstreams, gate, clock, tracing, consumer_limits)
     metrics = providers.Singleton(_metrics, config, gate)
     status_board = providers.Singleton(_status_board, config, gate, metrics, clock, lifecycle, credentials)
     ops_app = providers.Singleton(
@@ -329,12 +333,13 @@ class Container(containers.DeclarativeContainer):
         lambda log, metrics, tracing: EdgeObserver(log, metrics, tracing=tracing), request_log, metrics, tracing
     )
     edge_context = providers.Singleton(
-        lambda c, router, service, observer, credentials: EdgeContext(
+        lambda c, router, service, observer, credentials, completions, embeddings: EdgeContext(
             service=service, observer=observer, max_body_bytes=c.server.max_body_bytes,
             ping_interval_seconds=c.server.ping_interval_seconds, limits=_input_limits(c, router),
             options={"queue_events": c.server.queue_events}, credentials=credentials,
+            completions=completions, embeddings=embeddings,
         ),
-        config, router, service, observer, credentials,
+        config, router, service, observer, credentials, completions, embeddings,
     )
     app = providers.Singleton(_litestar_app, config, dialects, edge_context, lifecycle, __self__)
 

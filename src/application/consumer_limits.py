@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from domain.canonical import ChatRequest, Usage
+from domain.canonical import Usage
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import RateLimited, UpstreamUnavailable
 from domain.records import RequestRecord
-from domain.usage_estimate import UsageMeter, prompt_tokens, reservation_tokens
+from domain.usage_estimate import Estimable, UsageMeter, prompt_tokens, reservation_tokens
 from ports.consumers import ConsumerConcurrency, ConsumerSlot, Reservation, UsageLedger
 
 DEFAULT_WAIT_SECONDS = 30.0  # a consumer slot's wait on an upstream without a queue timeout
@@ -30,7 +30,7 @@ class Turn:
 
     __slots__ = ("meter", "reached_upstream", "reservation")
 
-    def __init__(self, request: ChatRequest) -> None:
+    def __init__(self, request: Estimable) -> None:
         self.meter = UsageMeter(prompt_tokens(request))
         self.reached_upstream = False
         self.reservation: Reservation | None = None
@@ -56,7 +56,7 @@ class ConsumerLimits:
 
     @asynccontextmanager
     async def turn(
-        self, consumer: Consumer, request: ChatRequest, upstream: str, record: RequestRecord | None
+        self, consumer: Consumer, request: Estimable, upstream: str, record: RequestRecord | None
     ) -> AsyncIterator[Turn]:
         turn = Turn(request)
         if consumer is ANONYMOUS or consumer.limits.unlimited or self._usage is None:

@@ -79,11 +79,19 @@ class ToolChoice(Struct, kw_only=True):
     parallel: bool | None = None
 
 
+ReasoningEffort = Literal["minimal", "low", "medium", "high", "xhigh"]
+
+
 class ReasoningConfig(Struct, kw_only=True):
-    """Whether the model should think, and how much; `None` means the upstream's default."""
+    """Whether the model should think, and how much; `None` means the upstream's default.
+
+    `effort` is the coarse level some clients ask for instead of a token budget (the
+    Responses API's `reasoning.effort`); models that take one (gpt-oss on vLLM) get it.
+    """
 
     enabled: bool | None = None
     budget_tokens: int | None = None
+    effort: ReasoningEffort | None = None
 
 
 class ChatRequest(Struct, kw_only=True):

@@ -16,6 +16,9 @@ class RequestRecord(Struct, kw_only=True):
     method: str
     status: int
     duration_seconds: float
+    # What the request asked of the model server: "chat" (every chat dialect),
+    # "text_completion" or "embeddings" (the GenAI semantic conventions' operation names).
+    operation: str = "chat"
     model: str | None = None  # the client's name for it (cut at 256 characters)
     upstream: str | None = None
     # The configured model name the upstream was called with (an alias resolved): metrics

@@ -28,14 +28,23 @@ from domain.canonical import (
     Usage,
     UsageReport,
 )
+from domain.completions import CompletionRequest, EmbeddingRequest
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4  # role markers and separators of a chat template
 TOKENS_PER_IMAGE = 765  # what OpenAI charges a 512x512 tile image; a fair middle for vision models
 
 
-def prompt_tokens(request: ChatRequest) -> int:
+Estimable = ChatRequest | CompletionRequest | EmbeddingRequest
+
+
+def prompt_tokens(request: Estimable) -> int:
     """A rough upper-leaning estimate of the prompt's tokens (text / 4, per-message overhead)."""
+    if isinstance(request, CompletionRequest):
+        chars = sum(len(p) for p in request.prompt) + len(request.suffix or "")
+        return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(request.prompt)
+    if isinstance(request, EmbeddingRequest):
+        return math.ceil(sum(len(text) for text in request.inputs) / CHARS_PER_TOKEN) + len(request.inputs)
     chars = 0
     images = 0
     for message in request.messages:
@@ -58,9 +67,12 @@ def prompt_tokens(request: ChatRequest) -> int:
             + TOKENS_PER_IMAGE * images)
 
 
-def reservation_tokens(request: ChatRequest) -> int:
+def reservation_tokens(request: Estimable) -> int:
     """What a request reserves before it runs: its prompt estimate plus its output budget
-    (`max_tokens`, which the edge has already capped at the upstream's `max_output_tokens`)."""
+    (`max_tokens`, which the edge has already capped at the upstream's `max_output_tokens`;
+    an embedding has none)."""
+    if isinstance(request, EmbeddingRequest):
+        return prompt_tokens(request)
     return prompt_tokens(request) + (request.max_tokens or 0)
 
 

@@ -1,4 +1,4 @@
-"""What the core needs from a model server."""
+"""What the core needs from a model server: chat (every dialect), text completions, embeddings."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch
+from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 
 
 class UpstreamClient(Protocol):
@@ -36,4 +37,27 @@ class UpstreamClient(Protocol):
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """Count the prompt tokens of a request; `NotSupported` if the server cannot."""
+        ...
+
+
+class CompletionClient(Protocol):
+    """Text completions on one model server (its `/v1/completions`); failures and
+    cancellation as for `UpstreamClient`."""
+
+    async def complete_text(self, request: CompletionRequest) -> Completion:
+        """Answer a non-streaming text completion."""
+        ...
+
+    def open_text_stream(
+        self, request: CompletionRequest
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """Start a streamed text completion; entering, iterating and leaving as `open_stream`."""
+        ...
+
+
+class EmbeddingClient(Protocol):
+    """Embeddings on one model server (its `/v1/embeddings`)."""
+
+    async def embed(self, request: EmbeddingRequest) -> Embeddings:
+        """One vector per input, in order."""
         ...

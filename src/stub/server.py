@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from stub import generate
 from stub.answers import Answer, build_answer, completion_body, stream_frames, stream_parts
 from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
 from stub.faults import HTTP_FAULTS, FaultPicker, answer_fault, http_fault, stream_fault
@@ -172,6 +173,8 @@ class Stub:
         """Answer one request; returns a task when the answer must wait (hold, chunk delay)."""
         if path == b"/v1/chat/completions" and method == b"POST":
             return self.chat(proto, body, keep)
+        if path in generate.PATHS and method == b"POST":  # text completions, embeddings
+            return generate.handle(self, proto, path, body, keep)
         if path == b"/health" and method in (b"GET", b"HEAD"):
             proto.finish(response(200, b"", keep, b"text/plain"), keep)
         elif path == b"/v1/models" and method == b"GET":

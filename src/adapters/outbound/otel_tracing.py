@@ -120,7 +120,7 @@ class OtelTelemetry:
 
 def _attributes(record: RequestRecord) -> Iterable[tuple[str, AttributeValue]]:
     yield "http.response.status_code", record.status
-    yield "gen_ai.operation.name", "chat"
+    yield "gen_ai.operation.name", record.operation
     if record.model is not None:
         yield "gen_ai.request.model", record.model
     if record.upstream is not None:

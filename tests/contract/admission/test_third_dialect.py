@@ -109,3 +109,38 @@ async def test_third_dialect_errors_and_queued_hang_up(procs: Processes, tmp_pat
     assert invalid.status_code == 400 and invalid.json()["error"] == "invalid-request"
     assert metrics["admission.abandoned"] == 1 and metrics["slots_in_use"] == 1
     assert len(starts(log)) == 1  # the hung-up plain request never reached the stub
+
+
+async def test_the_responses_dialect_meets_v1_and_llm_in_the_one_fifo(procs: Processes, tmp_path: Path) -> None:
+    """The real third dialect (`/v1/responses`, registered in `bootstrap.DIALECTS` by `gateway serve`)."""
+    log = tmp_path / "stub.log"
+    order = ["m-v1", "m-responses", "m-llm", "m-responses-stream"]
+    stub = procs.stub("--hold", "0.8", "--tokens", "4", log=log)
+    gw = procs.gateway(upstream_toml("reasoning", stub.url, ["reasoning", *order], admission(1, 4)))
+
+    async def responses(c: httpx.AsyncClient, model: str, stream: bool = False) -> Reply:
+        reply = await c.post(gw.url + "/v1/responses", json={"model": model, "input": "hi", "stream": stream})
+        return Reply(reply.status_code, reply.headers, reply.content, reply.elapsed.total_seconds())
+
+    async with http_client() as c:
+        tasks = [asyncio.create_task(responses(c, "reasoning"))]  # the Responses API holds the slot
+        await until(logged(log, 1), "the /v1/responses request reached the stub")
+        for n, model in enumerate(order, start=1):
+            if model.startswith("m-responses"):
+                request = responses(c, model, stream=model.endswith("stream"))
+            else:
+                request = call(c, gw, model.removeprefix("m-"), model)
+            tasks.append(asyncio.create_task(request))
+            await until_metric(c, gw, "admission.queued", n)
+        refused = await responses(c, "reasoning")  # the queue holds 4, whatever the surfaces
+        replies = await asyncio.gather(*tasks)
+        metrics = await scrape(c, gw)
+    assert [r.status for r in replies] == [200] * 5, [r.text for r in replies]
+    assert replies[0].json()["output"][0]["content"][0]["text"] == "alpha bravo charlie delta"
+    assert b"event: response.queued" in replies[4].body  # it waited, and said so in its own vocabulary
+    assert [line.model for line in starts(log)] == ["reasoning", *order]  # one FIFO for every surface
+    assert max(line.max_concurrent for line in starts(log)) == 1
+    assert refused.status == 503 and refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["error"]["code"] == "queue-full" and int(refused.headers["retry-after"]) >= 1
+    assert metrics["admission.rejected_full"] == 1
+    assert '"surface":"responses"' in gw.text()  # the surface is a label in the access log

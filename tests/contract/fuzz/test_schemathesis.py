@@ -35,7 +35,8 @@ def _document() -> dict[str, Any]:
     free strings would stop nearly every example at the router's 404."""
     document: dict[str, Any] = json.loads((ROOT / "docs" / "openapi.json").read_text(encoding="utf-8"))
     schemas = document["components"]["schemas"]
-    for name in ("ChatCompletionRequest", "MessagesParams", "CountTokensParams"):
+    for name in ("ChatCompletionRequest", "MessagesParams", "CountTokensParams", "CreateResponse", "CompletionRequest",
+                 "EmbeddingRequest"):
         schemas[name]["properties"]["model"] = {"type": "string", "enum": [MODEL]}
     return document
 

@@ -117,3 +117,23 @@ async def test_no_exporter_no_traceparent(procs: Processes, tmp_path: Path) -> N
                                    headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
         assert response.status == 200
     assert "traceparent=" not in log.read_text()  # tracing off: no spans, nothing injected
+
+
+async def test_text_completions_and_embeddings_are_traced_as_themselves(
+        procs: Processes, receiver: tuple[Receiver, str]) -> None:
+    collector, endpoint = receiver
+    stub = procs.stub()
+    gateway = procs.gateway(upstream_toml("reasoning", stub.url, ["reasoning"]),
+                            env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "gateway-test"})
+    async with aiohttp.ClientSession() as http:
+        for path, body in (("/v1/completions", {"model": "reasoning", "prompt": "x", "max_tokens": 3}),
+                           ("/v1/embeddings", {"model": "reasoning", "input": ["a b"]})):
+            async with http.post(f"{gateway.url}{path}", json=body) as response:
+                assert response.status == 200
+    spans = await collector.wait_for({"POST /v1/completions", "POST /v1/embeddings", "text_completion reasoning",
+                                      "embeddings reasoning"})
+    text, vectors = _attrs(spans["POST /v1/completions"]), _attrs(spans["POST /v1/embeddings"])
+    assert text["gen_ai.operation.name"] == "text_completion" and text["gen_ai.usage.output_tokens"] == 3
+    assert vectors["gen_ai.operation.name"] == "embeddings" and vectors["gen_ai.usage.input_tokens"] == 2
+    assert _attrs(spans["text_completion reasoning"])["gen_ai.request.model"] == "reasoning"
+    assert spans["embeddings reasoning"].kind == Span.SPAN_KIND_CLIENT

@@ -10,12 +10,12 @@ async def test_unknown_paths_use_the_surface_shape(procs: Processes) -> None:
     stub = procs.stub()
     gateway = procs.gateway(upstream_toml("m", stub.url, ["m"]))
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{gateway.url}/v1/completions", json={}) as response:
+        async with http.post(f"{gateway.url}/v1/audio/transcriptions", json={}) as response:
             assert response.status == 404
             assert response.headers["content-type"].startswith("application/problem+json")
             body = await response.json()
             assert body["status"] == 404 and body["error"]["code"] == "not-found"
-            assert "/v1/completions" in body["detail"]
+            assert "/v1/audio/transcriptions" in body["detail"]
         async with http.get(f"{gateway.url}/llm/v1/nothing") as response:
             assert response.status == 404
             body = await response.json()

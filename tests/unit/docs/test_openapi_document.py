@@ -55,8 +55,9 @@ def test_document_describes_every_dialect_endpoint() -> None:
     assert document["openapi"].startswith("3.1")
     operations = {(path, method) for path, item in document["paths"].items() for method in item}
     assert operations == {
-        ("/v1/chat/completions", "post"), ("/v1/models", "get"), ("/llm/v1/messages", "post"),
-        ("/llm/v1/messages/count_tokens", "post"), ("/llm/v1/models", "get"),
+        ("/v1/chat/completions", "post"), ("/v1/models", "get"), ("/v1/responses", "post"),
+        ("/v1/completions", "post"), ("/v1/embeddings", "post"),
+        ("/llm/v1/messages", "post"), ("/llm/v1/messages/count_tokens", "post"), ("/llm/v1/models", "get"),
     }
     paths = document["paths"]
     bodies = {
@@ -83,9 +84,9 @@ def test_document_describes_every_dialect_endpoint() -> None:
 
 def test_each_dialect_keeps_its_own_component_for_a_shared_name() -> None:
     schemas = _document()["components"]["schemas"]
-    assert set(schemas["openai_schema_ErrorInfo"]["required"]) == {"message", "type"}
+    assert set(schemas["_shared_problem_ErrorInfo"]["required"]) == {"message", "type"}
     assert set(schemas["anthropic_schema_ErrorInfo"]["required"]) == {"message", "type"}
-    assert "param" in schemas["openai_schema_ErrorInfo"]["properties"]
+    assert "param" in schemas["_shared_problem_ErrorInfo"]["properties"]
     assert "has_more" in schemas["anthropic_schema_ModelList"]["properties"]
 
 

@@ -22,6 +22,7 @@ from adapters.inbound._shared.edge import EdgeMiddleware, call_of
 from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
 from application.chat import ChatService
+from application.completions import CompletionService, EmbeddingService
 from domain.errors import HeadersTooLarge, MethodNotAllowed, NotFound
 from ports.consumers import CredentialStore
 from ports.telemetry import RequestObserver
@@ -39,6 +40,10 @@ class EdgeContext:
     limits: InputLimits = field(default_factory=InputLimits)
     # The keys file when `[auth] mode = "required"`; None: every request is anonymous.
     credentials: CredentialStore | None = None
+    # The other operations of a model server (the `/v1` text completions and embeddings
+    # paths); a dialect built without them (tests, a third dialect) does not serve them.
+    completions: CompletionService | None = None
+    embeddings: EmbeddingService | None = None
 
 
 DialectRouter = Callable[[EdgeContext], Router]
@@ -86,12 +91,15 @@ def _no_such_route() -> HTTPRouteHandler:
 
 
 def dialect_router(
-    path: str, surface: str, handlers: Sequence[HTTPRouteHandler], errors: ErrorRenderer, context: EdgeContext
+    path: str, surface: str, handlers: Sequence[HTTPRouteHandler], errors: ErrorRenderer, context: EdgeContext,
+    *, unknown_paths: bool = True,
 ) -> Router:
     """A dialect's Router: its handlers under `path`, plus the shared edge (module doc).
 
     Unknown paths under `path` and methods a path does not take are answered here, so
     they keep the surface's error shape; `surface` labels the records (logs, metrics).
+    A dialect that shares its prefix with another (the Responses API lives under `/v1`)
+    passes `unknown_paths=False`: the prefix's owner answers them (one catch-all per prefix).
     """
     taken: dict[str, set[HttpMethod]] = {}
     for handler in handlers:
@@ -108,7 +116,7 @@ def dialect_router(
 
     return Router(
         path=path,
-        route_handlers=[*handlers, *refusals, _no_such_route()],
+        route_handlers=[*handlers, *refusals, *([_no_such_route()] if unknown_paths else [])],
         middleware=[edge],
         guards=guards,
         exception_handlers={Exception: exception_handler(errors)},

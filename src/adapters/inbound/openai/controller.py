@@ -1,4 +1,5 @@
-"""The `/v1` Router: chat completions (plain and streamed) and the model list.
+"""The `/v1` Router: chat completions and text completions (plain and streamed), embeddings,
+the model list, and the problem+json 404 of every other `/v1/...` path.
 
 Failures are rendered by `ProblemRenderer` (the Router's exception handler). A stream's
 first frame is awaited before the response is made, so anything refused before that
@@ -13,16 +14,27 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar import Request, Response, Router, get, post
+from litestar.handlers import HTTPRouteHandler
 
 from adapters.inbound._shared.dialect import EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
+from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
+from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
+from adapters.inbound.openai import completions_schema as cw
 from adapters.inbound.openai import schema as wire
+from adapters.inbound.openai.completions_mapping import (
+    completion_body,
+    decode_completion,
+    decode_embeddings,
+    embeddings_body,
+)
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request, encode_models, response_body
-from adapters.inbound.openai.rate_headers import rate_limit_header_map
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
+from adapters.inbound.openai.text_stream import TextChunkWriter
+from application.completions import CompletionService, EmbeddingService
 from domain.canonical import ChatResponse, StreamChunk, StreamError
 from domain.errors import GatewayError
 
@@ -31,6 +43,8 @@ JSON = "application/json"
 PROBLEM = "application/problem+json"
 EVENT = sse_event("`data:` is a `chat.completion.chunk` (JSON), an `{\"error\": ...}` object after a failure, "
                   "and `[DONE]` last")
+TEXT_EVENT = sse_event("`data:` is a `text_completion` chunk (JSON), an `{\"error\": ...}` object after a failure, "
+                       "and `[DONE]` last")
 
 
 def router(context: EdgeContext) -> Router:
@@ -66,7 +80,65 @@ def router(context: EdgeContext) -> Router:
     async def models() -> Response[bytes]:
         return Response(models_body, media_type=JSON)
 
-    return dialect_router("/v1", SURFACE, [chat_completions, models], renderer, context)
+    handlers = [chat_completions, models]
+    if context.completions is not None:
+        handlers.append(text_completions_handler(context.completions, limits))
+    if context.embeddings is not None:
+        handlers.append(embeddings_handler(context.embeddings, limits))
+    return dialect_router("/v1", SURFACE, handlers, renderer, context)
+
+
+def text_completions_handler(service: CompletionService, limits: InputLimits) -> HTTPRouteHandler:
+    @post(
+        "/completions", status_code=200, summary="OpenAI text completion", operation_id="OpenAI_completion",
+        dependencies=request_body(cw.CompletionRequest),
+        responses=responses(cw.TextCompletion, wire.Problem, PROBLEM, REQUEST_ERRORS),
+        operation_class=operation_class(events=TEXT_EVENT),
+    )
+    async def completions(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
+        call = call_of(request)
+        decoded = decode_completion(await read_body(request, limits.body_timeout_seconds), call.request_id, limits)
+        text = decoded.request
+        call.record.stream, call.record.operation = text.stream, "text_completion"
+        call.watch()
+        consumer = call.identity.consumer
+        if text.stream:
+            writer = TextChunkWriter(decoded.include_usage, text.model, call.request_id)
+            frames = _frames(request, call, service.stream(text, call.record, consumer), writer)
+            return await stream_response(call, frames, rate_headers=rate_limit_header_map)
+        answer = await service.complete(text, call.record, consumer)
+        call.stop_watching()
+        record = call.record
+        record.input_tokens, record.output_tokens = answer.usage.input_tokens, answer.usage.output_tokens
+        record.finish_reason = answer.finish_reason
+        return Response(completion_body(answer, text.model), media_type=JSON, headers=_rate_headers(call))
+
+    return completions
+
+
+def embeddings_handler(service: EmbeddingService, limits: InputLimits) -> HTTPRouteHandler:
+    @post(
+        "/embeddings", status_code=200, summary="OpenAI embeddings", operation_id="OpenAI_embeddings",
+        dependencies=request_body(cw.EmbeddingRequest),
+        responses=responses(cw.EmbeddingList, wire.Problem, PROBLEM, REQUEST_ERRORS),
+        operation_class=operation_class(),
+    )
+    async def embeddings(request: Request[Any, Any, Any]) -> Response[bytes]:
+        call = call_of(request)
+        inputs = decode_embeddings(await read_body(request, limits.body_timeout_seconds), call.request_id, limits)
+        call.record.operation = "embeddings"
+        call.watch()
+        answer = await service.embed(inputs, call.record, call.identity.consumer)
+        call.stop_watching()
+        call.record.input_tokens = answer.usage.input_tokens
+        return Response(embeddings_body(answer, inputs.model), media_type=JSON, headers=_rate_headers(call))
+
+    return embeddings
+
+
+def _rate_headers(call: Call) -> dict[str, str] | None:
+    rate = call.record.rate
+    return rate_limit_header_map(rate) if rate is not None else None
 
 
 def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]:
@@ -75,12 +147,11 @@ def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]
     record.input_tokens = response.usage.input_tokens
     record.output_tokens = response.usage.output_tokens
     record.finish_reason = response.finish_reason
-    headers = rate_limit_header_map(record.rate) if record.rate is not None else None
-    return Response(response_body(response, model, NATIVE_FORMAT), media_type=JSON, headers=headers)
+    return Response(response_body(response, model, NATIVE_FORMAT), media_type=JSON, headers=_rate_headers(call))
 
 
 async def _frames(
-    request: Request[Any, Any, Any], call: Call, batches: AsyncIterator[Any], writer: ChunkWriter
+    request: Request[Any, Any, Any], call: Call, batches: AsyncIterator[Any], writer: ChunkWriter | TextChunkWriter
 ) -> AsyncIterator[bytes]:
     """The stream's frames: those of one upstream read (one batch) as one item.
 
@@ -123,7 +194,7 @@ def _raise_early_failure(chunk: StreamChunk) -> None:
             raise error
 
 
-def _record_usage(call: Call, writer: ChunkWriter) -> None:
+def _record_usage(call: Call, writer: ChunkWriter | TextChunkWriter) -> None:
     record = call.record
     if writer.usage is not None:
         record.input_tokens = writer.usage.input_tokens

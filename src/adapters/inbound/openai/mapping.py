@@ -64,7 +64,7 @@ class OpenAIRequest(msgspec.Struct, kw_only=True):
     include_usage: bool
 
 
-def _invalid(error: msgspec.ValidationError) -> InvalidRequest:
+def invalid(error: msgspec.ValidationError) -> InvalidRequest:
     """Turn msgspec's `... - at `$.messages[0].role`` into a message and a field path."""
     text = str(error)
     at = _AT.search(text)
@@ -95,7 +95,7 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
     except msgspec.ValidationError as exc:
         if str(exc).startswith("Expected `object`"):
             raise InvalidRequest("The request body must be a JSON object.") from None
-        raise _invalid(exc) from None
+        raise invalid(exc) from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
     except RecursionError:

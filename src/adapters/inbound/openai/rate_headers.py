@@ -1,45 +1,7 @@
-"""OpenAI's rate-limit headers (`x-ratelimit-*`), on answers and on 429s.
-
-`reset` is a duration the way OpenAI writes it (`20ms`, `6s`, `1m30s`, `2h0m0s`): how
-long until the limit is fully replenished.
-"""
+"""OpenAI's rate-limit headers: shared by every dialect under `/v1` (`_shared/ratelimit_headers.py`)."""
 
 from __future__ import annotations
 
-from domain.consumers import RateSnapshot, RateState
+from adapters.inbound._shared.ratelimit_headers import duration, rate_limit_header_map, rate_limit_headers
 
-Headers = list[tuple[bytes, bytes]]
-
-
-def duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{max(0, round(seconds * 1000))}ms"
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m{secs}s"
-    if minutes:
-        return f"{minutes}m{secs}s"
-    return f"{secs}s"
-
-
-def _limit(state: RateState | None, kind: bytes, out: Headers) -> None:
-    if state is None:
-        return
-    out.append((b"x-ratelimit-limit-" + kind, str(state.limit).encode()))
-    out.append((b"x-ratelimit-remaining-" + kind, str(state.remaining).encode()))
-    out.append((b"x-ratelimit-reset-" + kind, duration(state.reset_seconds).encode()))
-
-
-def rate_limit_headers(snapshot: RateSnapshot | None) -> Headers:
-    out: Headers = []
-    if snapshot is not None:
-        _limit(snapshot.requests, b"requests", out)
-        _limit(snapshot.tokens, b"tokens", out)
-    return out
-
-
-def rate_limit_header_map(snapshot: RateSnapshot) -> dict[str, str]:
-    """The same headers for a Litestar `Response` (a successful answer)."""
-    return {name.decode(): value.decode() for name, value in rate_limit_headers(snapshot)}
+__all__ = ["duration", "rate_limit_header_map", "rate_limit_headers"]

@@ -13,6 +13,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
 
+from adapters.inbound._shared.problem import ErrorInfo as ErrorInfo
+from adapters.inbound._shared.problem import Problem as Problem
+
 # --- request -------------------------------------------------------------------
 
 
@@ -221,27 +224,7 @@ class ModelList(Struct, kw_only=True):
     data: list[ModelCard]
 
 
-# --- errors --------------------------------------------------------------------
-
-
-class ErrorInfo(Struct, kw_only=True):
-    """OpenAI's error member; openai-python reads `message`, `type`, `param` and `code`."""
-
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class Problem(Struct, kw_only=True):
-    """RFC 9457 problem document, with the OpenAI `error` member as an extension."""
-
-    type: str
-    title: str
-    status: int
-    detail: str
-    instance: str
-    error: ErrorInfo
+# --- errors (ErrorInfo and Problem: the shape of every `/v1` dialect, _shared/problem.py) ------
 
 
 class StreamErrorFrame(Struct, kw_only=True):

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import aiohttp
 
 from domain.canonical import ChunkBatch, StreamChunk
-from domain.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
+from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 
 from .sse_decoder import SseDecoder, SseOverflow
 from .stream_mapping import Phase, StreamMapper
@@ -25,6 +26,21 @@ Reader = Callable[[aiohttp.ClientResponse], Awaitable[bytes]]
 _DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the connection is closed
 
 
+class Mapper(Protocol):
+    """Payloads -> canonical chunks: `StreamMapper` (chat) or `TextStreamMapper` (completions)."""
+
+    phase: Phase
+
+    @property
+    def ended(self) -> bool: ...
+
+    def feed(self, payload: bytes) -> StreamChunk | None: ...
+
+    def close(self) -> StreamChunk | None: ...
+
+    def fail(self, error: GatewayError) -> StreamChunk | None: ...
+
+
 class ChunkStream:
     """Async iterator of one response's chunks, one batch per upstream read; it ends at
     `[DONE]`. Mid-stream failures become a final `StreamError` chunk, never an exception:
@@ -32,11 +48,11 @@ class ChunkStream:
 
     __slots__ = ("_decoder", "_eof", "_mapper", "_read", "_resp")
 
-    def __init__(self, resp: aiohttp.ClientResponse, read: Reader) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, read: Reader, mapper: Mapper | None = None) -> None:
         self._resp = resp
         self._read = read
         self._decoder = SseDecoder()
-        self._mapper = StreamMapper()
+        self._mapper: Mapper = mapper or StreamMapper()
         self._eof = False
 
     def __aiter__(self) -> ChunkStream:

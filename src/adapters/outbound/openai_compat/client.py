@@ -1,9 +1,9 @@
-"""`UpstreamClient` for one OpenAI-compatible server (vLLM), over aiohttp.
+"""`UpstreamClient`, `CompletionClient` and `EmbeddingClient` for one OpenAI-compatible server (vLLM), over aiohttp.
 
 Each upstream address has one `aiohttp.ClientSession` (`session.py`), opened and closed
 by the container; the client looks its session up by its upstream name on each call.
-An upstream with `[endpoints]` is called at the replica its admission chose (`replica`,
-the replica's base URL), on that replica's own session (`replica_sessions.py`).
+With `[endpoints]` a call names the replica its admission chose: it goes to that replica's
+address on the replica's own session (`ReplicaSessions`).
 
 Three timeouts, because the wait for headers and the gaps between body reads need
 different bounds (a non-streaming answer sends its headers only when generation is
@@ -18,7 +18,7 @@ A stream ends for its consumer as soon as `[DONE]` arrives (`chunk_stream.py`).
 
 A POST that meets a keep-alive connection the upstream closed or reset before the
 answer's head arrived (the keep-alive race: the upstream never read it) is sent again,
-once, to the same replica; aiohttp resends only idempotent methods itself.
+once; aiohttp resends only idempotent methods itself.
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
 
 import aiohttp
 import msgspec
 from yarl import URL
 
-from domain.canonical import ChatRequest, ChatResponse, ChunkBatch
+from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, Usage
+from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import (
     NotSupported,
     UpstreamError,
@@ -44,12 +45,14 @@ from domain.errors import (
 from domain.replicas import endpoint_of
 from ports.telemetry import AttributeValue, Span
 
-from .chunk_stream import ChunkStream
+from .chunk_stream import ChunkStream, Mapper
+from .completion_body import encode_completion, encode_embeddings
+from .completion_mapping import TextStreamMapper, completion_from_body, embeddings_from_body
 from .context_errors import upstream_rejection
 from .replica_sessions import ReplicaSessions
 from .request_body import encode_chat, encode_tokenize
 from .session import Attempt
-from .stream_mapping import response_from_completion
+from .stream_mapping import StreamMapper, response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
 
 log = logging.getLogger("gateway.upstream")
@@ -62,14 +65,15 @@ class ClientTracer(Protocol):
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json", "Accept-Encoding": "identity"}
 _SSE = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+_CHAT, _COMPLETIONS, _EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 
 
 class OpenAICompatClient:
     """One upstream server; share one instance per upstream address."""
 
     __slots__ = (
-        "_chat_url", "_first_byte", "_idle", "_replica_urls", "_replicas", "_sessions", "_timeout", "_tokenize_url",
-        "_tracer", "name",
+        "_chat_url", "_completions_url", "_embeddings_url", "_first_byte", "_idle", "_replica_urls", "_replicas",
+        "_sessions", "_timeout", "_tokenize_url", "_tracer", "name",
     )
 
     def __init__(
@@ -88,9 +92,11 @@ class OpenAICompatClient:
         self.name = name
         self._sessions = sessions  # this upstream's is `sessions[name]`, open while the app runs
         self._replicas = ReplicaSessions() if replicas is None else replicas  # [endpoints]: a session per replica
-        self._replica_urls: dict[str, URL] = {}  # replica base URL -> its chat URL
+        self._replica_urls: dict[tuple[str, str], URL] = {}  # (replica base URL, path) -> its URL
         self._tracer = tracer
-        self._chat_url = URL(root + "/v1/chat/completions")
+        self._chat_url = URL(root + _CHAT)
+        self._completions_url = URL(root + _COMPLETIONS)
+        self._embeddings_url = URL(root + _EMBEDDINGS)
         self._tokenize_url = URL(root + "/tokenize")
         # Per call: the first byte and each body read are bounded by our own timers below.
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
@@ -101,70 +107,119 @@ class OpenAICompatClient:
         return f"OpenAICompatClient({self.name!r}, {str(self._chat_url.origin())!r})"
 
     async def complete(self, request: ChatRequest, replica: str | None = None) -> ChatResponse:
-        body = encode_chat(request, stream=False)
-        session, url = self._target(replica)
-        span, headers = self._client_span(request, _JSON, url, replica)
+        raw, span = await self._call(
+            replica, _CHAT, self._chat_url, encode_chat(request, stream=False), "chat", request.model
+        )
         try:
-            try:
-                resp = await self._post(session, url, body, headers)
-                try:
-                    await self._check_status(resp)
-                    raw = await self._read_all(resp)
-                finally:
-                    resp.close()  # no-op for the connection once the body was read to its end
-            finally:
-                if replica is not None:
-                    self._replicas.release(replica)
             response = response_from_completion(raw)
         except BaseException as exc:
             _end_span(span, exc)
             raise
-        if span is not None:
-            span.set("gen_ai.response.finish_reasons", [response.finish_reason])  # type: ignore[arg-type]
-            span.set("gen_ai.usage.input_tokens", response.usage.input_tokens)
-            span.set("gen_ai.usage.output_tokens", response.usage.output_tokens)
-            span.end()
+        _end_answered(span, response.finish_reason, response.usage)
         return response
 
-    def _target(self, replica: str | None) -> tuple[aiohttp.ClientSession, URL]:
-        """The session and chat URL of this call: the upstream's, or the chosen replica's.
+    def open_stream(
+        self, request: ChatRequest, replica: str | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        return self._open(
+            replica, _CHAT, self._chat_url, encode_chat(request, stream=True), "chat", request.model, StreamMapper()
+        )
+
+    async def complete_text(self, request: CompletionRequest, replica: str | None = None) -> Completion:
+        raw, span = await self._call(
+            replica, _COMPLETIONS, self._completions_url, encode_completion(request), "text_completion", request.model
+        )
+        try:
+            answer = completion_from_body(raw)
+        except BaseException as exc:
+            _end_span(span, exc)
+            raise
+        _end_answered(span, answer.finish_reason, answer.usage)
+        return answer
+
+    def open_text_stream(
+        self, request: CompletionRequest, replica: str | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        return self._open(
+            replica, _COMPLETIONS, self._completions_url, encode_completion(request), "text_completion",
+            request.model, TextStreamMapper(),
+        )
+
+    async def embed(self, request: EmbeddingRequest, replica: str | None = None) -> Embeddings:
+        raw, span = await self._call(
+            replica, _EMBEDDINGS, self._embeddings_url, encode_embeddings(request), "embeddings", request.model
+        )
+        try:
+            answer = embeddings_from_body(raw)
+        except BaseException as exc:
+            _end_span(span, exc)
+            raise
+        if span is not None:
+            span.set("gen_ai.usage.input_tokens", answer.usage.input_tokens)
+            span.end()
+        return answer
+
+    def _target(self, replica: str | None, path: str, default: URL) -> tuple[aiohttp.ClientSession, URL]:
+        """The session and URL of this call: the upstream's, or the chosen replica's.
 
         A replica's session is acquired here: the caller releases it when the call is over.
         """
         if replica is None:
-            return self._sessions[self.name], self._chat_url
-        url = self._replica_urls.get(replica)
+            return self._sessions[self.name], default
+        url = self._replica_urls.get((replica, path))
         if url is None:
             if len(self._replica_urls) >= 1024:  # replicas come and go with DNS: stay bounded
                 self._replica_urls.clear()
-            url = self._replica_urls[replica] = URL(replica.rstrip("/") + "/v1/chat/completions")
+            url = self._replica_urls[replica, path] = URL(replica.rstrip("/") + path)
         return self._replicas.acquire(replica), url
 
     def _client_span(
-        self, request: ChatRequest, headers: dict[str, str], url: URL, replica: str | None
+        self, operation: str, model: str, stream: bool, headers: dict[str, str], url: URL, replica: str | None
     ) -> tuple[Span | None, dict[str, str]]:
         """A client span for this call (when tracing is on) and headers carrying its context."""
         if self._tracer is None:
             return None, headers
         attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "chat", "gen_ai.request.model": request.model, "gateway.upstream": self.name,
-            "server.address": url.host or "", "server.port": url.port or 0, "gen_ai.request.stream": request.stream,
+            "gen_ai.operation.name": operation, "gen_ai.request.model": model, "gateway.upstream": self.name,
+            "server.address": url.host or "", "server.port": url.port or 0, "gen_ai.request.stream": stream,
         }  # fmt: skip
         if replica is not None:
             attributes["gateway.endpoint"] = endpoint_of(replica)
-        span, carrier = self._tracer.start_client(f"chat {request.model}", attributes)
+        span, carrier = self._tracer.start_client(f"{operation} {model}", attributes)
         return span, {**headers, **carrier}
 
-    @asynccontextmanager
-    async def open_stream(
-        self, request: ChatRequest, replica: str | None = None
-    ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
-        session, url = self._target(replica)
-        span, headers = self._client_span(request, _SSE, url, replica)
+    async def _call(
+        self, replica: str | None, path: str, default: URL, body: bytes, operation: str, model: str
+    ) -> tuple[bytes, Span | None]:
+        """A plain (non-streaming) call: the whole answer body and the open span, or the status's
+        domain error (the span ended)."""
+        session, url = self._target(replica, path, default)
+        span, headers = self._client_span(operation, model, False, _JSON, url, replica)
         try:
             try:
-                resp = await self._post(session, url, encode_chat(request, stream=True), headers)
-                stream = ChunkStream(resp, self._read)
+                resp = await self._post(session, url, body, headers)
+                try:
+                    await self._check_status(resp)
+                    return await self._read_all(resp), span
+                finally:
+                    resp.close()  # no-op for the connection once the body was read to its end
+            finally:
+                if replica is not None:
+                    self._replicas.release(replica)
+        except BaseException as exc:
+            _end_span(span, exc)
+            raise
+
+    @asynccontextmanager
+    async def _open(
+        self, replica: str | None, path: str, default: URL, body: bytes, operation: str, model: str, mapper: Mapper
+    ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
+        session, url = self._target(replica, path, default)
+        span, headers = self._client_span(operation, model, True, _SSE, url, replica)
+        try:
+            try:
+                resp = await self._post(session, url, body, headers)
+                stream = ChunkStream(resp, self._read, mapper)
                 try:
                     await self._check_status(resp)
                     if resp.content_type != "text/event-stream":
@@ -275,6 +330,14 @@ class OpenAICompatClient:
         if status >= 500:
             raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}")
         raise UpstreamProtocolError(f"upstream '{self.name}' answered HTTP {status}")
+
+
+def _end_answered(span: Span | None, finish_reason: str, usage: Usage) -> None:
+    if span is not None:
+        span.set("gen_ai.response.finish_reasons", [finish_reason])  # type: ignore[arg-type]
+        span.set("gen_ai.usage.input_tokens", usage.input_tokens)
+        span.set("gen_ai.usage.output_tokens", usage.output_tokens)
+        span.end()
 
 
 def _end_span(span: Span | None, exc: BaseException | None) -> None:

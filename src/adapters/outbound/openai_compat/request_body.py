@@ -13,8 +13,9 @@ Choices made here (the canonical model leaves them open):
 - `tool_choice` and `parallel_tool_calls` are only sent with a non-empty `tools`:
   vLLM rejects `tools: []` and a forcing `tool_choice` without tools.
 - Reasoning config is model-specific: `chat_template_kwargs.enable_thinking` is the
-  Qwen3-style switch, `thinking_token_budget` a newer vLLM field; servers or
-  templates that do not know them ignore them.
+  Qwen3-style switch, `thinking_token_budget` a newer vLLM field, `reasoning_effort`
+  vLLM's level (`low`, `medium`, `high`: `minimal` and `xhigh` are sent as the nearest);
+  servers or templates that do not know them ignore them.
 - Extras (client parameters canonical does not name) are merged for keys canonical
   did not set. `stream_options` and `chat_template_kwargs` are merged key by key.
   `stream`/`stream_options` extras never reach a non-streaming body (vLLM rejects
@@ -42,6 +43,9 @@ from domain.canonical import (
 _ENCODER = msgspec.json.Encoder()
 
 Json = dict[str, Any]
+
+# vLLM's `reasoning_effort` takes three levels; the finer canonical ones go to the nearest.
+_VLLM_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 
 # Canonical `stream` decides these; a stray extra must not turn a call into a stream.
 _STREAM_KEYS = frozenset(("stream", "stream_options"))
@@ -88,6 +92,8 @@ def chat_body(request: ChatRequest, stream: bool) -> Json:
             body["chat_template_kwargs"] = merged
         if reasoning.budget_tokens is not None:
             body["thinking_token_budget"] = reasoning.budget_tokens
+        if reasoning.effort is not None:
+            body["reasoning_effort"] = _VLLM_EFFORT[reasoning.effort]
     if stream:
         body["stream"] = True
         options = extras.get("stream_options")

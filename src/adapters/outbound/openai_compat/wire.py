@@ -146,7 +146,40 @@ class TokenizeView(View):
     count: int
 
 
+# --- text completions and embeddings ---------------------------------------------------------
+
+
+class TextChoice(View):
+    index: int = 0
+    text: str | None = None
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+
+
+class TextCompletionView(ErrorFields):
+    """A `text_completion` answer, or one chunk of its stream."""
+
+    id: str = ""
+    model: str = ""
+    created: int = 0
+    choices: list[TextChoice] = []
+    usage: UsageView | None = None
+
+
+class EmbeddingItem(View):
+    index: int = 0
+    embedding: list[float] | str = []
+
+
+class EmbeddingListView(ErrorFields):
+    model: str = ""
+    data: list[EmbeddingItem] = []
+    usage: UsageView | None = None
+
+
 CHUNK_DECODER = msgspec.json.Decoder(ChunkView)
 COMPLETION_DECODER = msgspec.json.Decoder(CompletionView)
 ERROR_DECODER = msgspec.json.Decoder(ErrorFields)
 TOKENIZE_DECODER = msgspec.json.Decoder(TokenizeView)
+TEXT_DECODER = msgspec.json.Decoder(TextCompletionView)
+EMBEDDINGS_DECODER = msgspec.json.Decoder(EmbeddingListView)

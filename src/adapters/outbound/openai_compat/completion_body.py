@@ -1,0 +1,50 @@
+"""Canonical text completions and embeddings -> the JSON bodies of vLLM's `/v1/completions`
+and `/v1/embeddings`.
+
+An allowlist: each body is built from the fields the canonical request models, and from
+nothing else a client sent. A stream always asks for usage (`stream_options.include_usage`),
+which the gateway needs for consumer limits; whether the client sees it is the dialect's call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from domain.completions import CompletionRequest, EmbeddingRequest
+
+_ENCODER = msgspec.json.Encoder()
+
+_OPTIONAL = ("suffix", "max_tokens", "temperature", "top_p", "best_of", "logprobs", "seed", "presence_penalty",
+             "frequency_penalty", "user")
+
+
+def encode_completion(request: CompletionRequest) -> bytes:
+    prompt = request.prompt
+    body: dict[str, Any] = {"model": request.model, "prompt": prompt[0] if len(prompt) == 1 else prompt}
+    for name in _OPTIONAL:
+        value = getattr(request, name)
+        if value is not None:
+            body[name] = value
+    if request.stop:
+        body["stop"] = request.stop
+    if request.n != 1:
+        body["n"] = request.n
+    if request.echo:
+        body["echo"] = True
+    if request.stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return _ENCODER.encode(body)
+
+
+def encode_embeddings(request: EmbeddingRequest) -> bytes:
+    body: dict[str, Any] = {"model": request.model, "input": request.inputs}
+    if request.encoding_format is not None:
+        body["encoding_format"] = request.encoding_format
+    if request.dimensions is not None:
+        body["dimensions"] = request.dimensions
+    if request.user is not None:
+        body["user"] = request.user
+    return _ENCODER.encode(body)

@@ -1,0 +1,107 @@
+"""Text completions and embeddings: route -> admit -> call upstream -> release, as for chat.
+
+The same gate of the request's upstream admits them (one cap, one queue for every path
+and surface), a consumer's limits apply and are charged from the upstream's usage (or an
+estimate), hang-ups arrive as cancellation and every `finally` gives the slot back and
+aborts the upstream call, and a lease lost to the shared ledger aborts the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+
+import msgspec
+
+from application.consumer_limits import ConsumerLimits
+from application.slots import LEASE_LOST_MESSAGE, Slots, route, unless_lost
+from domain.canonical import ChunkBatch, StreamChunk, TextPart, UsageReport
+from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
+from domain.consumers import ANONYMOUS, Consumer
+from domain.errors import AdmissionUnavailable
+from domain.records import RequestRecord
+from domain.routing import ModelRouter
+from ports.admission import AdmissionGate
+from ports.clock import Clock
+from ports.telemetry import Tracer
+from ports.upstream import CompletionClient, EmbeddingClient
+
+
+class CompletionService:
+    """Serves text completions (plain and streamed)."""
+
+    __slots__ = ("_consumers", "_router", "_slots", "_upstreams")
+
+    def __init__(self, router: ModelRouter, upstreams: Mapping[str, CompletionClient], gate: AdmissionGate,
+                 clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None) -> None:
+        self._router = router
+        self._upstreams = upstreams
+        self._slots = Slots(gate, clock, tracer)
+        self._consumers = consumers or ConsumerLimits()
+
+    async def complete(self, request: CompletionRequest, record: RequestRecord | None = None,
+                       consumer: Consumer = ANONYMOUS) -> Completion:
+        upstream, request = route(self._router, request, record)
+        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+            lease = await self._slots.admit_quietly(upstream, record, consumer)
+            turn.reached_upstream = True
+            try:
+                answer = await unless_lost(self._upstreams[upstream].complete_text(request), lease.lost)
+            finally:
+                await lease.release()
+            if answer.usage.input_tokens or answer.usage.output_tokens:
+                turn.meter.reported = answer.usage
+            else:  # an upstream that reports no usage: charged (and reported) by estimate, never 0
+                turn.meter.feed_answer([TextPart(text=answer.text)])
+                answer = msgspec.structs.replace(answer, usage=turn.used())
+            return answer
+
+    async def stream(self, request: CompletionRequest, record: RequestRecord | None = None,
+                     consumer: Consumer = ANONYMOUS) -> AsyncIterator[ChunkBatch]:
+        """The answer's chunk batches; failures before the first are raised (no byte was sent).
+        An upstream that reports no usage gets an estimated `UsageReport` as the last batch."""
+        upstream, request = route(self._router, request, record)
+        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+            lease = await self._slots.admit_quietly(upstream, record, consumer)
+            lost, meter = lease.lost, turn.meter
+            turn.reached_upstream = True
+            try:
+                async with self._upstreams[upstream].open_text_stream(request) as batches:
+                    async for batch in batches:
+                        if lost.is_set():
+                            raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
+                        for chunk in batch:
+                            meter.feed(chunk.events)
+                        yield batch
+            finally:
+                await lease.release()
+            if meter.reported is None:
+                yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
+
+
+class EmbeddingService:
+    """Serves embeddings; the inputs' tokens count for the consumer's limits."""
+
+    __slots__ = ("_consumers", "_router", "_slots", "_upstreams")
+
+    def __init__(self, router: ModelRouter, upstreams: Mapping[str, EmbeddingClient], gate: AdmissionGate,
+                 clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None) -> None:
+        self._router = router
+        self._upstreams = upstreams
+        self._slots = Slots(gate, clock, tracer)
+        self._consumers = consumers or ConsumerLimits()
+
+    async def embed(self, request: EmbeddingRequest, record: RequestRecord | None = None,
+                    consumer: Consumer = ANONYMOUS) -> Embeddings:
+        upstream, request = route(self._router, request, record)
+        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+            lease = await self._slots.admit_quietly(upstream, record, consumer)
+            turn.reached_upstream = True
+            try:
+                answer = await unless_lost(self._upstreams[upstream].embed(request), lease.lost)
+            finally:
+                await lease.release()
+            if answer.usage.input_tokens:
+                turn.meter.reported = answer.usage
+            else:
+                answer = msgspec.structs.replace(answer, usage=turn.used())
+            return answer

@@ -1,0 +1,145 @@
+"""How every use case gets its upstream slot: route, enter the gate, wait, give it back.
+
+`ChatService`, `CompletionService` and `EmbeddingService` call upstreams for different
+operations, but reach them the same way: the model names the upstream (an alias becomes
+the upstream's own name), the upstream's one gate admits the request at once or queues it
+(FIFO or fair), a hang-up while queued leaves the queue, the admission span and the
+record note how it went, and a lease lost to the shared ledger aborts the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import msgspec
+
+from domain.canonical import QueuePosition
+from domain.consumers import Consumer
+from domain.errors import AdmissionUnavailable, GatewayError
+from domain.records import RequestRecord
+from domain.routing import ModelRouter
+from ports.admission import AdmissionGate, QueueTicket, SlotLease
+from ports.clock import Clock
+from ports.telemetry import NullTracer, Span, Tracer
+
+T = TypeVar("T")
+R = TypeVar("R", bound=Any)
+
+LEASE_LOST_MESSAGE = "This request's slot was reclaimed by the shared admission ledger; retry."
+
+
+async def unless_lost(call: Awaitable[T], lost: asyncio.Event) -> T:
+    """Run `call`, aborting it if the slot lease is lost meanwhile.
+
+    A process fenced by the shared ledger (its heartbeat lapsed, its slots were handed
+    to others) must stop using them at once, or the cap would be exceeded silently.
+    """
+    work = asyncio.ensure_future(call)
+    watch = asyncio.ensure_future(lost.wait())
+    try:
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+    if work.cancelled() and lost.is_set():
+        raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
+    return work.result()
+
+
+def route(router: ModelRouter, request: R, record: RequestRecord | None) -> tuple[str, R]:
+    """The upstream, and the request as that upstream is called: a model alias becomes the
+    upstream's own model name (the dialect still answers with the name the client used)."""
+    upstream, model = router.resolve(request.model)
+    if record is not None:
+        record.upstream, record.upstream_model = upstream, model
+        record.model = request.model
+    if model != request.model:
+        request = msgspec.structs.replace(request, model=model)
+    return upstream, request
+
+
+class Slots:
+    """Admission through one gate, with its span and the record's queue wait."""
+
+    __slots__ = ("_clock", "_gate", "_tracer", "_update_interval")
+
+    def __init__(self, gate: AdmissionGate, clock: Clock, tracer: Tracer | None = None,
+                 queue_update_interval: float = 1.0) -> None:
+        self._gate = gate
+        self._clock = clock
+        self._tracer = tracer or NullTracer()
+        self._update_interval = queue_update_interval
+
+    def start(self) -> tuple[Span, float]:
+        return self._tracer.start("gateway.admission"), self._clock.now()
+
+    async def enter(self, upstream: str, span: Span, consumer: Consumer) -> SlotLease | QueueTicket:
+        span.set("gateway.upstream", upstream)
+        try:
+            return await self._gate.enter(upstream, consumer)
+        except GatewayError as error:
+            span.set("gateway.admission.outcome", error.kind)
+            span.end(error.kind)
+            raise
+
+    def admitted(
+        self, span: Span, started: float, record: RequestRecord | None,
+        error: BaseException | None, outcome: str = "abandoned",
+    ) -> None:
+        """Close the admission span and note the queue wait, however admission ended."""
+        waited = self._clock.now() - started
+        if record is not None:
+            record.queue_wait_seconds = waited
+        if isinstance(error, GatewayError):
+            outcome = error.kind
+        span.set("gateway.admission.outcome", outcome)
+        span.set("gateway.queue.wait_seconds", waited)
+        span.end(None if error is None or outcome == "abandoned" else outcome)
+
+    async def admit_quietly(self, upstream: str, record: RequestRecord | None, consumer: Consumer) -> SlotLease:
+        """A slot, waiting in the queue if need be (nothing is reported while waiting)."""
+        span, started = self.start()
+        entry = await self.enter(upstream, span, consumer)
+        if not entry.queued:
+            self.admitted(span, started, record, None, "admitted")
+            return entry  # type: ignore[return-value]
+        ticket: QueueTicket = entry  # type: ignore[assignment]
+        span.set("gateway.queue.position_on_arrival", ticket.position())
+        lease = await self.wait(ticket, span, started, record)
+        self.admitted(span, started, record, None, "queued")
+        return lease
+
+    async def wait(self, ticket: QueueTicket, span: Span, started: float, record: RequestRecord | None) -> SlotLease:
+        try:
+            while True:
+                lease = await ticket.wait(3600.0)
+                if lease is not None:
+                    return lease
+        except BaseException as error:
+            await ticket.cancel()
+            self.admitted(span, started, record, error)
+            raise
+
+    async def positions(self, upstream: str, ticket: QueueTicket) -> AsyncIterator[QueuePosition | SlotLease]:
+        """The position at once, then at most one update per interval, then the lease.
+
+        A waiter reads its own position from the ledger (O(log n)) when its own timer
+        fires; nothing is pushed to waiters when others leave the queue, so draining a
+        queue of n waiters costs at most n frames per interval, not O(n^2) frames.
+        The caller cancels the ticket if this generator is abandoned.
+        """
+        last = ticket.position()
+        yield QueuePosition(position=last, queued=self._gate.snapshot(upstream).queued)
+        while True:
+            lease = await ticket.wait(self._update_interval)
+            if lease is not None:
+                yield lease
+                return
+            position = ticket.position()
+            if position != last:
+                last = position
+                yield QueuePosition(position=position, queued=self._gate.snapshot(upstream).queued)
