@@ -18,7 +18,7 @@ It stands in for the gateway's interpreter as bench/targets.py runs it (`-m boot
 venv's interpreter (bench/.venv-runtime, built by bench/run) when that exists.
 `cpu_cost.py --callgrind` follows that exec (valgrind `--trace-children=yes`). Given a
 script instead (the ceiling: `peers.ceiling_python()` resolves to this too), only
-`gc-threshold` and `no-gc` apply.
+`gc-threshold`, `no-gc` and `gc-report` apply.
 """
 
 from __future__ import annotations
@@ -108,6 +108,39 @@ def _no_metrics() -> None:
     PrometheusMetrics.request_finished = lambda self, record, handle=None: None  # type: ignore[method-assign]
 
 
+def _break_cycles() -> None:
+    """The reference cycles each request leaves for the cyclic GC (the ceiling leaves none):
+    the `Call` in the scope's state holds the cycle's `receive` and the task; `/llm`'s
+    `_frames` keeps the finished item task, whose StopAsyncIteration's traceback holds
+    `_frames`' own frame (and with it the request's objects)."""
+    import adapters.inbound._shared.edge as edge
+
+    call_middleware = edge.EdgeMiddleware.__call__
+
+    async def middleware(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await call_middleware(self, scope, receive, send)
+        finally:
+            call = scope.get("state", {}).pop(edge._KEY, None)
+            if call is not None:
+                call._receive = call._task = call._watcher = None
+                call.body = None
+
+    edge.EdgeMiddleware.__call__ = middleware  # type: ignore[method-assign]
+
+    import inspect
+
+    import adapters.inbound.anthropic.controller as llm
+
+    source = inspect.getsource(llm._frames)
+    old = "                    except StopAsyncIteration:\n                        break\n"
+    assert old in source, "whatif: anthropic _frames changed; update break-cycles"
+    clear = "task = done = None\n"
+    source = source.replace(old, f"                    except StopAsyncIteration:\n                        {clear}"
+                                 f"                        break\n                    {clear}")
+    exec(compile(source, llm.__file__, "exec"), llm.__dict__)
+
+
 def _gc_threshold() -> None:
     """The cyclic GC's first generation collected every 10,000 allocations, not 700."""
     gc.set_threshold(int(os.environ.get("WHATIF_GEN0", "10000")), 10, 10)
@@ -117,10 +150,36 @@ def _no_gc() -> None:
     gc.disable()
 
 
+def _gc_report() -> None:
+    """Keep what the cyclic GC frees (`gc.DEBUG_SAVEALL`); on SIGUSR1 collect and write the
+    kinds of objects found in cycles since the last report to $WHATIF_GC_REPORT (default
+    bench/out/gc-report.txt), then forget them: send it once after a warm-up, once after a
+    bounded load, and read what each request leaves to the GC."""
+    import collections
+    import signal
+
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    path = Path(os.environ.get("WHATIF_GC_REPORT", str(ROOT / "bench" / "out" / "gc-report.txt")))
+
+    def report(*_: Any) -> None:
+        gc.collect()
+        kinds = collections.Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
+        frames = collections.Counter(f"{o.f_code.co_qualname} ({o.f_code.co_filename.rsplit('/', 3)[-1]})"
+                                     for o in gc.garbage if type(o).__name__ == "frame")
+        lines = [f"{len(gc.garbage)} objects in cycles", *(f"{n:8d} {k}" for k, n in kinds.most_common(40)),
+                 "frames:", *(f"{n:8d} {k}" for k, n in frames.most_common(20))]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        gc.garbage.clear()
+
+    signal.signal(signal.SIGUSR1, report)
+
+
 PATCHES = {
     "no-guard-copy": _no_guard_copy, "no-trace": _no_trace, "no-lease-watch": _no_lease_watch,
     "no-read-timeout": _no_read_timeout, "no-body-timeout": _no_body_timeout, "no-watch": _no_watch,
-    "no-metrics": _no_metrics, "gc-threshold": _gc_threshold, "no-gc": _no_gc,
+    "no-metrics": _no_metrics, "break-cycles": _break_cycles, "gc-threshold": _gc_threshold, "no-gc": _no_gc,
+    "gc-report": _gc_report,
 }
 
 
@@ -139,7 +198,7 @@ def main() -> int:
     if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): only the GC settings apply
         import runpy
 
-        for name in set(wanted) & {"gc-threshold", "no-gc"}:
+        for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report"}:
             PATCHES[name]()
         sys.argv = sys.argv[1:]
         sys.path.insert(0, str(Path(sys.argv[0]).resolve().parent))
