@@ -192,9 +192,9 @@ def capacity_table(record: dict[str, Any]) -> str:
              f"{record['rounds']} answer(s) per stream, steps {record['steps'][0]}..{record['steps'][-1]}; a step "
              f"passes with every stream complete and gap p99 <= direct's + {record['gap_slack_ms']:g} ms; "
              "times in ms, lag: the client's", head, "-" * len(head)]
-    order = list(record["runs"])
+    order = [f"{surface}|{name}" for surface, name, _ in paced.RUNS]
     rows = sorted(((c["step"], key, c) for key, runs in record["runs"].items() for c in runs),
-                  key=lambda r: (r[0], order.index(r[1]), r[2]["attempt"]))
+                  key=lambda r: (r[0], order.index(r[1]) if r[1] in order else len(order), r[2]["attempt"]))
     for step, key, cell in rows:
         surface, target = key.split("|")
         base = paced.final(record, "/v1|ceiling", step)
