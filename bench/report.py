@@ -186,7 +186,7 @@ def summary(results: list[dict[str, Any]]) -> str:
 
 def capacity_table(record: dict[str, Any]) -> str:
     head = (f"{'streams':>7}  {'surface':<8}{'target':<9}{'completed':>11}{'TTFT p50':>10}{'TTFT p99':>10}"
-            f"{'gap p50':>9}{'gap p99':>9}{'gap max':>9}  {'step':<22}{'CPU s':>7}{'s/1k tok':>10}{'x ceiling':>11}"
+            f"{'gap p50':>9}{'gap p99':>9}{'gap max':>9}  {'step':<30}{'CPU s':>7}{'s/1k tok':>10}{'x ceiling':>11}"
             f"{'lag p99':>9}{'bg%':>5}")
     lines = [f"paced capacity: stub --chunk-delay {record['chunk_delay_s']:g} --tokens {record['tokens']}, "
              f"{record['rounds']} answer(s) per stream, steps {record['steps'][0]}..{record['steps'][-1]}; a step "
@@ -205,7 +205,7 @@ def capacity_table(record: dict[str, Any]) -> str:
             f"{step:>7}  {surface:<8}{target:<9}{cell['completed']:>5}/{cell['streams']:<5}"
             f"{_num(cell['ttft_p50_ms'], '{:.1f}'):>10}{_num(cell['ttft_p99_ms'], '{:.1f}'):>10}"
             f"{_num(cell['gap_p50_ms'], '{:.1f}'):>9}{_num(cell['gap_p99_ms'], '{:.1f}'):>9}"
-            f"{_num(cell['gap_max_ms'], '{:.1f}'):>9}  {status[:22]:<22}{cell['cpu_s']:>7.2f}"
+            f"{_num(cell['gap_max_ms'], '{:.1f}'):>9}  {status[:30]:<30}{cell['cpu_s']:>7.2f}"
             f"{cell['cpu_s_per_1k_tokens']:>10.4f}{_num(vs, '{:.2f}x'):>11}"
             f"{_num(cell['client_lag_p99_ms'], '{:.2f}'):>9}{_num(cell.get('background_cpu_pct'), '{:.0f}'):>5}")
     for key, why in record["unavailable"].items():
