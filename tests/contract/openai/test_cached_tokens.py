@@ -29,7 +29,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     try:
         cached = procs.stub("--prefix-cache", "--prefill-ms-per-1k-tokens", "1", "--tokens", "4")
         plain = procs.stub("--tokens", "4")
-        yield procs.gateway(upstream_toml("cached", cached.url, ["cached"]) + upstream_toml("plain", plain.url, ["plain"]))
+        yield procs.gateway(upstream_toml("cached", cached.url, ["cached"])
+                            + upstream_toml("plain", plain.url, ["plain"]))
     finally:
         procs.stop_all()
 
