@@ -108,7 +108,7 @@ class RedisAffinityStore:
 
     async def record(self, upstream: str, chain: Sequence[int], replica: str) -> None:
         if chain:
-            args = [self._ttl_us, self._capacity, replica, *map(_hex, chain)]
+            args: list[str | int] = [self._ttl_us, self._capacity, replica, *map(_hex, chain)]
             await self._call(self._record(keys=self._keys_of(upstream), args=args))
 
     async def close(self) -> None:
