@@ -182,14 +182,29 @@ class ReplicaSet:
 
     # -- requests -----------------------------------------------------------------------
 
-    def choose(self, slots: int = 1, prefer: Sequence[str] = (), max_extra: int = 0) -> str | None:
-        """The replica a request taking `slots` would go to now (nothing is taken)."""
+    def choose(
+        self, slots: int = 1, prefer: Sequence[str] = (), max_extra: int = 0, avoid: str | None = None
+    ) -> str | None:
+        """The replica a request taking `slots` would go to now (nothing is taken); never `avoid`."""
         held, limit, saturated = self._held, self.limit, self._saturated
         ready = [Replica(address=a, state=ReplicaState.READY, in_flight=held.get(a, 0), limit=limit,
                          saturated=a in saturated)
-                 for a in self.eligible()]  # fmt: skip
+                 for a in self.eligible() if a != avoid]  # fmt: skip
         chosen = pick(ready, slots, self._last, prefer, max_extra)
         return None if chosen is None else chosen.address
+
+    def move(self, address: str, slots: int = 1) -> str | None:
+        """The one safe retry: a request holding `slots` on `address` moves to another eligible
+        replica with room, in one step (the upstream's count never changes, no replica goes over
+        its limit); None, and nothing changes, when no other replica has room."""
+        if self._held.get(address, 0) < slots:
+            raise KeyError(address)
+        target = self.choose(slots, avoid=address)
+        if target is not None:
+            self.hold(target, slots)
+            self.release(address, slots)
+            self._last = target
+        return target
 
     def take(self, slots: int = 1, prefer: Sequence[str] = (), max_extra: int = 0) -> str | None:
         """Bind a request taking `slots` to the chosen replica and count them; None: no room."""

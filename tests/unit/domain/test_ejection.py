@@ -218,3 +218,15 @@ class EjectionMachine(RuleBasedStateMachine):
 
 EjectionMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
 test_ejection_machine = EjectionMachine.TestCase
+
+
+def test_the_safe_retry_moves_a_request_to_another_eligible_replica_in_one_step() -> None:
+    replicas = ReplicaSet(2, [A, B, C])
+    assert replicas.take(2) == A
+    replicas.set_ejected([B])
+    assert replicas.move(A, 2) == C  # never back to A, never to the ejected B
+    assert (replicas.held(A), replicas.held(C), replicas.in_flight()) == (0, 2, 2)
+    assert replicas.take(2) == A and replicas.move(C, 2) is None  # no other has room: nothing changes
+    assert (replicas.held(A), replicas.held(C)) == (2, 2)
+    with pytest.raises(KeyError):
+        replicas.move(B)
