@@ -4,6 +4,7 @@ prefers the replica holding the longest prefix within `affinity_max_extra_in_fli
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import random
 import tracemalloc
@@ -205,3 +206,55 @@ def test_replica_set_takes_with_affinity_and_skips_saturated_replicas() -> None:
     assert replicas.capacity() == 12 and [r.saturated for r in replicas.replicas()] == [False, True, False]
     replicas.set_saturated([])
     assert replicas.take() == B
+
+
+# -- the whole rule, simulated ---------------------------------------------------------
+
+
+def simulate(seed: int, affinity: bool, took: tuple[float, float] = (1.0, 1.3), gap: tuple[float, float] = (0, 0.05),
+             conversations: int = 12, turns: int = 5) -> float:  # fmt: skip
+    """Agents over three replicas of 4 slots: each conversation sends its next turn (the whole
+    history plus the last answer) `gap` seconds after the answer ends; a turn takes `took`
+    seconds. Returns the share of turns 2.. that went to the replica of the previous turn."""
+    rng = random.Random(seed)
+    replicas, memory = ReplicaSet(4, [A, B, C]), AffinityMemory()
+    history = {c: [SYSTEM, turn("user", f"conversation {c}: the task")] for c in range(conversations)}
+    where: dict[int, list[str]] = {c: [] for c in range(conversations)}
+    events = [(rng.uniform(0, 1), "start", c, 1) for c in range(conversations)]
+    waiting: list[tuple[int, int]] = []
+    heapq.heapify(events)
+
+    def start(c: int, n: int, now: float) -> bool:
+        chain = affinity_chain(chat(list(history[c])))
+        address = replicas.take(prefer=memory.lookup(chain, now) if affinity else [], max_extra=1)
+        if address is None:
+            return False
+        memory.record(chain, address, now)
+        where[c].append(address)
+        heapq.heappush(events, (now + rng.uniform(*took), "end", c, n))
+        return True
+
+    while events:
+        now, kind, c, n = heapq.heappop(events)
+        if kind == "start":
+            if not start(c, n, now):
+                waiting.append((c, n))  # the upstream's one queue
+            continue
+        replicas.release(where[c][-1])
+        if n < turns:
+            history[c] += [turn("assistant", f"answer {n} " * 40), turn("user", f"then {n}")]
+            heapq.heappush(events, (now + rng.uniform(*gap), "start", c, n + 1))
+        while waiting and start(*waiting[0], now):
+            waiting.pop(0)
+    kept = [a == b for trail in where.values() for a, b in itertools.pairwise(trail)]
+    return sum(kept) / len(kept)
+
+
+def test_agent_conversations_stay_on_their_replica() -> None:
+    kept = [simulate(seed, affinity=True) for seed in range(12)]
+    assert sum(kept) / len(kept) >= 0.9 and min(kept) >= 0.8
+    # irregular turns: the least loaded alone (ties rotating) keeps about half; affinity far more
+    irregular = {"took": (1.0, 2.0), "gap": (0.0, 0.5)}
+    on = [simulate(seed, True, **irregular) for seed in range(12)]  # type: ignore[arg-type]
+    off = [simulate(seed, False, **irregular) for seed in range(12)]  # type: ignore[arg-type]
+    assert sum(on) / len(on) >= sum(off) / len(off) + 0.3
