@@ -16,9 +16,7 @@ from prometheus_client.registry import Collector
 
 from domain.consumers import ANONYMOUS
 from domain.records import RequestRecord
-from domain.replicas import endpoint_of
 from ports.admission import AdmissionGate
-from ports.load_reports import LoadReports
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -58,44 +56,13 @@ class _GateCollector(Collector):
         yield from (in_use, limit, depth, by_priority, queue_limit, outcomes)
 
 
-class _LoadCollector(Collector):
-    """The replicas' own account of their load (`[endpoints] load_metrics`), read at scrape time."""
-
-    def __init__(self) -> None:
-        self.sources: dict[str, LoadReports] = {}
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        if not self.sources:
-            return
-        reported = GaugeMetricFamily(
-            "gateway_endpoint_reported", "A replica's own scheduler gauges (vLLM), as last read",
-            labels=["upstream", "endpoint", "kind"])
-        age = GaugeMetricFamily(
-            "gateway_endpoint_report_age_seconds", "Seconds since a replica's load was last read",
-            labels=["upstream", "endpoint"])
-        for upstream, source in self.sources.items():
-            now = source.now()
-            for address, report in sorted(source.reports().items()):
-                endpoint = endpoint_of(address)
-                reported.add_metric([upstream, endpoint, "running"], report.running)
-                reported.add_metric([upstream, endpoint, "waiting"], report.waiting)
-                age.add_metric([upstream, endpoint], max(0.0, now - report.at))
-        yield reported
-        yield age
-
-
 class PrometheusMetrics:
     """Owns one registry; `request_finished` makes it a `RequestObserver`."""
 
     def __init__(self, gate: AdmissionGate) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_GateCollector(gate))
-        self._load = _LoadCollector()
-        self.registry.register(self._load)
         r = self.registry
-        self._ejections = Counter(
-            "gateway_endpoint_ejections", "Replicas ejected for consecutive failures", ["upstream", "endpoint"],
-            registry=r)
         self._requests = Counter(
             "gateway_requests", "Finished requests", ["surface", "route", "status"], registry=r)
         self._duration = Histogram(
@@ -127,14 +94,6 @@ class PrometheusMetrics:
         self._upstream_children: dict[str, tuple[Any, Any]] = {}
         self._wait_children: dict[tuple[str, str], Any] = {}  # (upstream, consumer)
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
-
-    def watch_load(self, upstream: str, source: LoadReports) -> None:
-        """Export `gateway_endpoint_reported` and `gateway_endpoint_report_age_seconds` for `upstream`."""
-        self._load.sources[upstream] = source
-
-    def endpoint_ejected(self, upstream: str, address: str) -> None:
-        """Count one ejection of a replica (`gateway_endpoint_ejections_total`)."""
-        self._ejections.labels(upstream, endpoint_of(address)).inc()
 
     def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
         return None

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from adapters.outbound.openai_compat.replica_sessions import ReplicaSessions
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
+from adapters.outbound.replica_metrics import ReplicaMetrics
 from adapters.outbound.vllm_load import VllmLoadScraper, parse_load
 from domain.load_reports import LoadReport, fresh, saturated, saturated_replicas
 from stub.launcher import running_stub
@@ -176,7 +177,8 @@ async def test_reports_of_replicas_that_left_are_dropped_and_the_gauges_show_the
         tasks = await load_directly(first, 3)
         await scraper.read_round()
         metrics = PrometheusMetrics(FakeGate())  # type: ignore[arg-type]
-        metrics.watch_load("reasoning", scraper)
+        replicas = ReplicaMetrics(metrics.registry)
+        replicas.watch_load("reasoning", scraper)
         text = metrics.render()[1].decode()
         endpoint = "127.0.0.1:" + first.rsplit(":", 1)[1]
         for kind, value in (("waiting", 1.0), ("running", 2.0)):
@@ -185,7 +187,7 @@ async def test_reports_of_replicas_that_left_are_dropped_and_the_gauges_show_the
         assert f'gateway_endpoint_report_age_seconds{{endpoint="{endpoint}",upstream="reasoning"}}' in text
         scraper.follow([second])
         assert set(scraper.reports()) == {second}
-        metrics.endpoint_ejected("reasoning", first)
+        replicas.endpoint_ejected("reasoning", first)
         assert f'gateway_endpoint_ejections_total{{endpoint="{endpoint}",upstream="reasoning"}} 1.0' in (
             metrics.render()[1].decode())
         await asyncio.gather(*tasks)
