@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from domain.ejection import EjectionPolicy
 from domain.routing import find_alias_clash
 
 PositiveFloat = Annotated[float, Meta(gt=0)]
@@ -92,6 +93,24 @@ class EndpointsTable(Section):
     scheme: Literal["http", "https"] | UnsetType = UNSET  # with dns; default "http"
     refresh_seconds: PositiveFloat | UnsetType = UNSET  # with dns; default 5
     nameservers: list[str] | UnsetType = UNSET  # with dns; "HOST[:PORT]"; default [] (the system resolver)
+    # Outlier ejection, Envoy's semantics and defaults (domain.ejection).
+    consecutive_failures: PositiveInt = 5  # counted failures in a row that eject a replica
+    base_ejection_seconds: PositiveFloat = 30.0  # ejected for this x the times ejected ...
+    max_ejection_seconds: PositiveFloat = 300.0  # ... at most this
+    max_ejection_percent: Annotated[int, Meta(ge=0, le=100)] = 50  # of the ready replicas at once
+    # The replicas' own load: GET /metrics (vLLM's scheduler gauges) every interval.
+    load_metrics: bool = True
+    load_metrics_interval_seconds: PositiveFloat = 1.0
+    # KV-cache affinity (domain.affinity): "prefix" or "off".
+    affinity: Literal["prefix", "off"] = "prefix"
+    affinity_max_extra_in_flight: NonNegativeInt = 1  # kept for affinity while in flight <= least loaded + this
+
+    def ejection_policy(self) -> EjectionPolicy:
+        return EjectionPolicy(
+            consecutive_failures=self.consecutive_failures, base_ejection_seconds=self.base_ejection_seconds,
+            max_ejection_seconds=self.max_ejection_seconds, max_ejection_percent=self.max_ejection_percent,
+        )
+
     def replica_urls(self) -> list[str]:
         """The fixed replicas' base URLs (`scheme://host:port`), for `urls` (checked, normalised)."""
         return list(self.urls) if isinstance(self.urls, list) else []
@@ -250,6 +269,11 @@ def _check_endpoints(key: str, table: EndpointsTable, seen: dict[str, str], name
         raise ConfigError(
             f"{key}.max_in_flight ({table.max_in_flight}) must be at most sequence_slots "
             f"({table.sequence_slots}): more would queue inside the replica"
+        )
+    if table.max_ejection_seconds < table.base_ejection_seconds:
+        raise ConfigError(
+            f"{key}.max_ejection_seconds ({table.max_ejection_seconds:g}) must be at least "
+            f"base_ejection_seconds ({table.base_ejection_seconds:g})"
         )
     has_urls, has_dns = table.urls is not UNSET, table.dns is not UNSET
     if has_urls == has_dns:

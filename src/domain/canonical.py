@@ -106,6 +106,9 @@ class ChatRequest(Struct, kw_only=True):
     tools: list[ToolSpec] = msgspec.field(default_factory=list)
     tool_choice: ToolChoice | None = None
     user: str | None = None
+    # Which requests belong together for KV-cache affinity (`domain.affinity`), when the client
+    # says so (/v1 `prompt_cache_key` or `user`, /llm `metadata.user_id`); None: by prompt prefix.
+    affinity_key: str | None = None
     reasoning: ReasoningConfig | None = None
     # Parameters an OpenAI-compatible upstream understands that the canonical model does
     # not name (n, seed, logprobs, response_format, vLLM sampling extras...). Forwarded as is.
@@ -121,8 +124,10 @@ FinishReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "c
 
 
 class Usage(Struct, kw_only=True):
-    input_tokens: int = 0
+    input_tokens: int = 0  # every prompt token, cached ones included (as OpenAI counts)
     output_tokens: int = 0
+    # Of `input_tokens`, those the upstream's prefix cache served; None: it did not say.
+    cached_tokens: int | None = None
 
 
 class NativePayload(Struct, kw_only=True):

@@ -8,6 +8,7 @@ dialect the request came in on. `status` is the HTTP status both dialects use;
 from __future__ import annotations
 
 from domain.consumers import EMPTY_SNAPSHOT, LimitKind, RateSnapshot
+from domain.upstream_failures import FailureKind
 
 
 class GatewayError(Exception):
@@ -15,6 +16,8 @@ class GatewayError(Exception):
     kind: str = "internal"
     title: str = "Internal error"
     retry_after: int | None = None
+    # How far a failed upstream call got (`domain.upstream_failures`); None for everything else.
+    failure: FailureKind | None = None
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message or self.title
@@ -174,6 +177,10 @@ class UpstreamError(GatewayError):
     kind = "upstream-error"
     title = "Upstream error"
 
+    def __init__(self, message: str | None = None, *, failure: FailureKind | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+
 
 class UpstreamUnavailable(UpstreamError):
     kind = "upstream-unavailable"
@@ -189,6 +196,10 @@ class UpstreamTimeout(GatewayError):
     status = 504
     kind = "upstream-timeout"
     title = "Upstream timed out"
+
+    def __init__(self, message: str | None = None, *, failure: FailureKind | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 class UpstreamRejected(GatewayError):

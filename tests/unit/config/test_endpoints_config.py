@@ -21,6 +21,13 @@ HEADLESS = "reasoning-predictor-headless.llm-serving.svc.cluster.local"
 DNS = f'[upstreams.a.endpoints]\ndns = "{HEADLESS}"\nport = 8080\n' + SLOTS
 
 
+HEALTH_DEFAULTS = {  # issue 23's keys, with their documented defaults
+    "consecutive_failures": 5, "base_ejection_seconds": 30.0, "max_ejection_seconds": 300.0,
+    "max_ejection_percent": 50, "load_metrics": True, "load_metrics_interval_seconds": 1.0, "affinity": "prefix",
+    "affinity_max_extra_in_flight": 1,
+}  # fmt: skip
+
+
 def endpoints(text: str) -> EndpointsTable:
     table = load_config_text(UPSTREAM + ADMISSION + text).upstreams["a"].endpoints
     assert table is not None
@@ -119,7 +126,7 @@ def test_check_config_prints_the_endpoint_settings(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     shown = msgspec.json.decode(done.stdout)["upstreams"]["a"]["endpoints"]
     assert shown == {"sequence_slots": 4, "max_in_flight": 4, "port": 8080, "scheme": "http", "refresh_seconds": 5.0,
-                     "nameservers": [], "dns": HEADLESS}  # fmt: skip
+                     "nameservers": [], "dns": HEADLESS, **HEALTH_DEFAULTS}  # fmt: skip
     path.write_text(UPSTREAM + ADMISSION + URLS.replace("max_in_flight = 4", "max_in_flight = 9"))
     failed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
                             capture_output=True, text=True, check=False)  # fmt: skip

@@ -41,6 +41,7 @@ from domain.canonical import (
     ToolResultPart,
     ToolSpec,
     ToolUsePart,
+    Usage,
 )
 from domain.errors import UpstreamProtocolError
 
@@ -106,6 +107,7 @@ def to_chat_request(params: w.CountTokensParams, request_id: str, limits: InputL
         request.top_p = params.top_p
         request.top_k = params.top_k
         request.user = params.metadata.user_id if params.metadata else None
+        request.affinity_key = request.user or None
     return request
 
 
@@ -315,9 +317,19 @@ def encode_message(response: ChatResponse, model: str) -> bytes:
         content=thinking + text + tools,
         stop_reason=stop_reason(reason, bool(tools)),
         stop_sequence=response.stop_sequence if reason == "stop_sequence" else None,
-        usage=w.UsageOut(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
+        usage=usage_out(usage),
     )
     return w.ENCODER.encode(message)
+
+
+def usage_out(usage: Usage, output_tokens: int | None = None) -> w.UsageOut:
+    """Anthropic's usage: `input_tokens` counts only what the cache did not serve."""
+    output = usage.output_tokens if output_tokens is None else output_tokens
+    cached = usage.cached_tokens
+    if cached is None:
+        return w.UsageOut(input_tokens=usage.input_tokens, output_tokens=output)
+    cached = min(cached, usage.input_tokens)
+    return w.UsageOut(input_tokens=usage.input_tokens - cached, output_tokens=output, cache_read_input_tokens=cached)
 
 
 def encode_models(names: Iterable[str], created_at: str) -> bytes:

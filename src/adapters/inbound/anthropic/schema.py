@@ -181,8 +181,9 @@ ContentOut = TextOut | ThinkingOut | RedactedThinkingOut | ToolUseOut
 
 
 class UsageOut(Wire, omit_defaults=False):
-    input_tokens: int
+    input_tokens: int  # the uncached rest when cache_read_input_tokens is given, as Anthropic counts
     output_tokens: int
+    cache_read_input_tokens: int | msgspec.UnsetType = msgspec.UNSET  # prefix-cache hits, when reported
 
 
 class MessageOut(Wire, tag="message", kw_only=True, omit_defaults=False):

@@ -19,7 +19,7 @@ from typing import Any
 
 from adapters.inbound._shared.sse import comment_frame, event_frame
 from adapters.inbound.anthropic.errors import error_frame
-from adapters.inbound.anthropic.mapping import message_id, stop_reason, tool_use_id
+from adapters.inbound.anthropic.mapping import message_id, stop_reason, tool_use_id, usage_out
 from adapters.inbound.anthropic.schema import ENCODER
 from domain.canonical import (
     Finish,
@@ -168,7 +168,7 @@ class AnthropicStream:
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": self._reason, "stop_sequence": self._stop_sequence},
-            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+            "usage": usage_out(usage),
         }
         out.append(event_frame(b"message_delta", _encode(delta)))
         out.append(MESSAGE_STOP)
@@ -244,7 +244,7 @@ class AnthropicStream:
                 "content": [],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": {"input_tokens": self._usage.input_tokens, "output_tokens": 0},
+                "usage": usage_out(self._usage, output_tokens=0),
             },
         }
         out.append(event_frame(b"message_start", _encode(message)))

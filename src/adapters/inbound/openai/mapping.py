@@ -130,6 +130,7 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
         tools=_tools(wire.tools or [], limits),
         tool_choice=choice,
         user=wire.user,
+        affinity_key=wire.prompt_cache_key or wire.user or None,
         extras=extras,
         surface="openai",
         request_id=request_id,
@@ -255,10 +256,12 @@ def finish_reason(reason: FinishReason) -> str:
 
 
 def usage_out(usage: Usage) -> w.OutUsage:
+    cached = usage.cached_tokens
     return w.OutUsage(
         prompt_tokens=usage.input_tokens,
         completion_tokens=usage.output_tokens,
         total_tokens=usage.input_tokens + usage.output_tokens,
+        prompt_tokens_details=msgspec.UNSET if cached is None else w.OutPromptTokensDetails(cached_tokens=cached),
     )
 
 

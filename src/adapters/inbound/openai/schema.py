@@ -119,6 +119,8 @@ class ChatCompletionRequest(Struct, kw_only=True):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     user: str | None = None
+    # OpenAI's key for requests that share a prompt prefix: the gateway's KV-cache affinity key.
+    prompt_cache_key: str | None = None
 
 
 KNOWN_FIELDS = frozenset(ChatCompletionRequest.__struct_fields__)
@@ -162,10 +164,15 @@ class OutChoice(Struct, kw_only=True):
     stop_reason: str | None = None  # vLLM: the matched stop string
 
 
+class OutPromptTokensDetails(Struct, kw_only=True):
+    cached_tokens: int
+
+
 class OutUsage(Struct, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: OutPromptTokensDetails | UnsetType | None = UNSET
 
 
 class ChatCompletion(Struct, kw_only=True):

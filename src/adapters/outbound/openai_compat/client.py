@@ -18,7 +18,12 @@ A stream ends for its consumer as soon as `[DONE]` arrives (`chunk_stream.py`).
 
 A POST that meets a keep-alive connection the upstream closed or reset before the
 answer's head arrived (the keep-alive race: the upstream never read it) is sent again,
-once; aiohttp resends only idempotent methods itself.
+once, to the same replica; aiohttp resends only idempotent methods itself.
+
+Every error raised for a failed call carries how far the call got
+(`GatewayError.failure`, a `domain.upstream_failures.FailureKind`), which outlier
+ejection and the one safe retry to another replica read; the error's class, status and
+message (what the client sees) do not depend on it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from yarl import URL
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, Usage
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import (
+    GatewayError,
     NotSupported,
     UpstreamError,
     UpstreamProtocolError,
@@ -43,6 +49,7 @@ from domain.errors import (
     UpstreamUnavailable,
 )
 from domain.replicas import endpoint_of
+from domain.upstream_failures import FailureKind
 from ports.telemetry import AttributeValue, Span
 
 from .chunk_stream import ChunkStream, Mapper
@@ -111,7 +118,11 @@ class OpenAICompatClient:
             replica, _CHAT, self._chat_url, encode_chat(request, stream=False), "chat", request.model
         )
         try:
-            response = response_from_completion(raw)
+            try:
+                response = response_from_completion(raw)
+            except GatewayError as exc:  # a 2xx head, then a body that is not an answer
+                exc.failure = FailureKind.AFTER_HEAD
+                raise
         except BaseException as exc:
             _end_span(span, exc)
             raise
@@ -130,7 +141,11 @@ class OpenAICompatClient:
             replica, _COMPLETIONS, self._completions_url, encode_completion(request), "text_completion", request.model
         )
         try:
-            answer = completion_from_body(raw)
+            try:
+                answer = completion_from_body(raw)
+            except GatewayError as exc:  # a 2xx head, then a body that is not an answer
+                exc.failure = FailureKind.AFTER_HEAD
+                raise
         except BaseException as exc:
             _end_span(span, exc)
             raise
@@ -150,7 +165,11 @@ class OpenAICompatClient:
             replica, _EMBEDDINGS, self._embeddings_url, encode_embeddings(request), "embeddings", request.model
         )
         try:
-            answer = embeddings_from_body(raw)
+            try:
+                answer = embeddings_from_body(raw)
+            except GatewayError as exc:  # a 2xx head, then a body that is not an answer
+                exc.failure = FailureKind.AFTER_HEAD
+                raise
         except BaseException as exc:
             _end_span(span, exc)
             raise
@@ -225,7 +244,8 @@ class OpenAICompatClient:
                     if resp.content_type != "text/event-stream":
                         message = _error_message(await self._read_all(resp))
                         raise UpstreamProtocolError(
-                            f"upstream '{self.name}' answered {resp.content_type}, not an event stream: {message}"
+                            f"upstream '{self.name}' answered {resp.content_type}, not an event stream: {message}",
+                            failure=FailureKind.MALFORMED_HEAD,
                         )
                     yield stream
                 finally:
@@ -264,32 +284,39 @@ class OpenAICompatClient:
         header as its engine request id, and a client-chosen id reused by concurrent
         requests must not collide inside the engine.
         """
+        attempt = Attempt()
         try:
             async with asyncio.timeout(self._first_byte):
-                return await self._send(session, url, body, headers)
+                return await self._send(session, url, body, headers, attempt)
         except aiohttp.ConnectionTimeoutError as exc:  # before TimeoutError: it is one
-            raise UpstreamTimeout(f"upstream '{self.name}' connect timed out") from exc
+            raise UpstreamTimeout(f"upstream '{self.name}' connect timed out", failure=FailureKind.CONNECT) from exc
         except TimeoutError as exc:
+            # Sent: the replica may be generating. Not sent: the connect never finished.
+            kind = FailureKind.FIRST_BYTE_TIMEOUT if attempt.sent else FailureKind.CONNECT
             raise UpstreamTimeout(
-                f"upstream '{self.name}' sent no response within {self._first_byte:g}s"
+                f"upstream '{self.name}' sent no response within {self._first_byte:g}s", failure=kind
             ) from exc
         except aiohttp.ClientConnectionError as exc:
             # aiohttp's text names the host and port: logged here, never shown to clients.
             log.warning("upstream %s unreachable: %s", self.name, exc)
-            raise UpstreamUnavailable(f"upstream '{self.name}' is unreachable") from exc
+            # Refused, unreachable, DNS, TLS: never reached. Otherwise the connection was made and
+            # died (reset, closed) before the answer's head.
+            connect = isinstance(exc, aiohttp.ClientConnectorError)
+            kind = FailureKind.CONNECT if connect else FailureKind.RESET_BEFORE_HEAD
+            raise UpstreamUnavailable(f"upstream '{self.name}' is unreachable", failure=kind) from exc
         except aiohttp.ClientResponseError as exc:  # unparsable status line or headers
             raise UpstreamProtocolError(
-                f"upstream '{self.name}' sent a malformed HTTP response: {' '.join(exc.message.split())}"
+                f"upstream '{self.name}' sent a malformed HTTP response: {' '.join(exc.message.split())}",
+                failure=FailureKind.MALFORMED_HEAD,
             ) from exc
-        except aiohttp.ClientError as exc:
+        except aiohttp.ClientError as exc:  # none of the above: not classified, so never retried
             log.warning("upstream %s request failed: %s", self.name, exc)
             raise UpstreamError(f"upstream '{self.name}' request failed") from exc
 
     async def _send(
-        self, session: aiohttp.ClientSession, url: URL, body: bytes, headers: dict[str, str]
+        self, session: aiohttp.ClientSession, url: URL, body: bytes, headers: dict[str, str], attempt: Attempt
     ) -> aiohttp.ClientResponse:
         """One POST, sent again once (to the same address) if a reused connection died before the answer's head."""
-        attempt = Attempt()
         try:
             return await session.post(
                 url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False,
@@ -298,8 +325,10 @@ class OpenAICompatClient:
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             if not attempt.reused or isinstance(exc, aiohttp.ClientConnectorError):
                 raise
+        attempt.sent = False  # the resend is a new attempt (never reused: `reused` is not read again)
         return await session.post(
             url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False,
+            trace_request_ctx=attempt,
         )
 
     async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
@@ -315,21 +344,33 @@ class OpenAICompatClient:
             async with asyncio.timeout(self._idle):
                 return await resp.content.readany()
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream '{self.name}' sent nothing for {self._idle:g}s") from exc
+            raise UpstreamTimeout(
+                f"upstream '{self.name}' sent nothing for {self._idle:g}s", failure=FailureKind.AFTER_HEAD
+            ) from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamError(f"upstream '{self.name}' connection failed mid-answer: {exc}") from exc
+            raise UpstreamError(
+                f"upstream '{self.name}' connection failed mid-answer: {exc}", failure=FailureKind.AFTER_HEAD
+            ) from exc
 
     async def _check_status(self, resp: aiohttp.ClientResponse) -> None:
         """Raise the domain error for a non-2xx answer (the body carries the message)."""
         status = resp.status
         if 200 <= status < 300:
             return
-        message = _error_message(await self._read_all(resp))
+        kind = FailureKind.UNAVAILABLE if status == 503 else FailureKind.SERVER_ERROR
+        try:
+            message = _error_message(await self._read_all(resp))
+        except GatewayError as exc:
+            if status >= 500:  # the head already said what failed; the error body is only its text
+                exc.failure = kind
+            raise
         if 400 <= status < 500:
             raise upstream_rejection(status, message or f"upstream answered HTTP {status}")
         if status >= 500:
-            raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}")
-        raise UpstreamProtocolError(f"upstream '{self.name}' answered HTTP {status}")
+            raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}", failure=kind)
+        raise UpstreamProtocolError(
+            f"upstream '{self.name}' answered HTTP {status}", failure=FailureKind.MALFORMED_HEAD
+        )
 
 
 def _end_answered(span: Span | None, finish_reason: str, usage: Usage) -> None:

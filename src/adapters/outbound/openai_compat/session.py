@@ -11,7 +11,8 @@
 - aiohttp resends a request that met a stale keep-alive connection only for idempotent
   methods; its trace signal `on_connection_reuseconn` marks the request's `Attempt` as
   sent on a reused connection, so the client can make its own single resend of a POST
-  (see `client.py`).
+  (see `client.py`); `on_request_headers_sent` marks it as sent, so a timeout tells a
+  connect that never finished from a request the replica may be working on.
 
 The container opens one session per upstream address in the serving loop (aiohttp binds
 a session to the running loop) and closes it at shutdown.
@@ -29,12 +30,14 @@ KEEPALIVE_SECONDS = 4.0
 
 
 class Attempt:
-    """Per request: whether aiohttp sent it on a pooled (reused) connection."""
+    """Per request: whether aiohttp sent it on a pooled (reused) connection, and whether its
+    head went out (the upstream may have started on it)."""
 
-    __slots__ = ("reused",)
+    __slots__ = ("reused", "sent")
 
     def __init__(self) -> None:
         self.reused = False
+        self.sent = False
 
 
 async def _on_reuse(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
@@ -43,10 +46,17 @@ async def _on_reuse(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) 
         attempt.reused = True
 
 
+async def _on_sent(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, Attempt):
+        attempt.sent = True
+
+
 def upstream_session(base_url: str) -> aiohttp.ClientSession:
     """A session for the server at `base_url`; call it inside the running event loop."""
     trace = aiohttp.TraceConfig()
     trace.on_connection_reuseconn.append(_on_reuse)
+    trace.on_request_headers_sent.append(_on_sent)
     secure = urlsplit(base_url).scheme == "https"
     connector = aiohttp.TCPConnector(
         limit=0,

@@ -98,9 +98,7 @@ def response_from_completion(raw: bytes) -> ChatResponse:
     finish = map_finish(choice.finish_reason, choice.stop_reason, bool(message.tool_calls))
     if isinstance(finish, StreamError):
         raise UpstreamError(finish.message)
-    usage = Usage()
-    if view.usage is not None:
-        usage = Usage(input_tokens=view.usage.prompt_tokens, output_tokens=view.usage.completion_tokens)
+    usage = Usage() if view.usage is None else view.usage.usage()
     return ChatResponse(
         id=view.id,
         model=view.model,
@@ -165,7 +163,7 @@ class StreamMapper:
                 self._choice(choice, events)
                 break
         if view.usage is not None:
-            usage = Usage(input_tokens=view.usage.prompt_tokens, output_tokens=view.usage.completion_tokens)
+            usage = view.usage.usage()
             # An error stays the last event; usage still counts what was generated.
             at = len(events) - 1 if self.phase is Phase.FAILED else len(events)
             events.insert(at, UsageReport(usage=usage))

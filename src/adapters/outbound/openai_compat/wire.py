@@ -13,14 +13,26 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from domain.canonical import Usage
+
 
 class View(Struct, kw_only=True):
     """Base of every view: keyword-only, all fields optional with defaults."""
 
 
+class PromptTokensDetails(View):
+    cached_tokens: int | None = None  # vLLM with --enable-prompt-tokens-details: prefix-cache hits
+
+
 class UsageView(View):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+    def usage(self) -> Usage:
+        details = self.prompt_tokens_details
+        cached = None if details is None else details.cached_tokens
+        return Usage(input_tokens=self.prompt_tokens, output_tokens=self.completion_tokens, cached_tokens=cached)
 
 
 class ErrorInfo(View):

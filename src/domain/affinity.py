@@ -1,0 +1,146 @@
+"""KV-cache affinity: which replica a request would like, from what went where before.
+
+vLLM's automatic prefix caching keeps the KV blocks of the prompts a replica computed,
+keyed by a hash chain over the prompt's full blocks; an agent's next turn re-sends the
+whole conversation, so on the replica that served the last turn every earlier block is
+a hit, and on any other it is computed again. The gateway cannot see tokens; it does
+what the llm-d picker's approximate prefix scorer does: the same chain over the
+canonical prompt's bytes.
+
+- **The chain** (`affinity_chain`): the request's `affinity_key` (the dialect's field
+  for exactly this: `/v1` `prompt_cache_key` or `user`, `/llm` `metadata.user_id`) is
+  one hash. Otherwise the prompt is the canonical encoding of its tools and then its
+  messages, in order (the encoding of a turn never depends on the turns after it, so a
+  conversation's next turn starts with every byte of the last one), cut into blocks of
+  `BLOCK_BYTES`; the hash after block n covers every byte before it. Hashes are taken
+  at checkpoints: after each of the first `DENSE_BLOCKS` blocks, then every
+  `SPARSE_EVERY`th, up to `MAX_BLOCKS` (a longer prompt's tail is not told apart), so
+  the next turn finds the last turn's prefix to within `SPARSE_EVERY` blocks and a
+  lookup or a record costs at most `CHECKPOINTS` hashes. A partial last block is not
+  hashed (vLLM caches full blocks only). An optional salt (a per-consumer cache salt:
+  vLLM keeps such prompts apart) starts the chain.
+- **The memory** (`AffinityMemory`): chain hash -> the replica last sent a request with
+  that prefix, least recently recorded evicted first, `capacity` entries, each
+  forgotten `ttl_seconds` after it was last recorded. `lookup` names the replicas that
+  served the longest recorded prefixes, longest first; the pick
+  (`domain.replicas.pick(prefer=...)`) takes the first with room within
+  `affinity_max_extra_in_flight` of the least loaded.
+
+Entries are 64-bit hashes; one record shares one value among its entries, so an entry
+costs about 80 bytes: the default 32,768 entries stay under 3 MB per upstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from domain.canonical import ChatRequest
+
+BLOCK_BYTES = 256  # about 64 tokens of English text; vLLM's block is 16 tokens
+DENSE_BLOCKS = 16  # every block a checkpoint up to here (4 KiB of prompt) ...
+SPARSE_EVERY = 8  # ... then every 8th block (2 KiB)
+MAX_BLOCKS = 1024  # 256 KiB of prompt
+CHECKPOINTS = DENSE_BLOCKS + (MAX_BLOCKS - DENSE_BLOCKS) // SPARSE_EVERY  # 142
+
+DEFAULT_CAPACITY = 32_768  # entries per upstream
+DEFAULT_TTL_SECONDS = 900.0
+
+_ENCODER = msgspec.json.Encoder()
+_PREFIX = b"gateway-prefix"
+_KEY = b"gateway-key"
+
+
+def affinity_chain(request: ChatRequest, salt: str | None = None) -> list[int]:
+    """The hashes `request`'s affinity is looked up and recorded under, longest prefix first."""
+    if request.affinity_key is not None:
+        return [key_hash(request.affinity_key, salt)]
+    return prefix_hashes(prompt_bytes(request), salt)
+
+
+def key_hash(key: str, salt: str | None = None) -> int:
+    hasher = hashlib.blake2b(digest_size=8, person=_KEY)
+    _salt(hasher, salt)
+    hasher.update(key.encode())
+    return int.from_bytes(hasher.digest(), "big")
+
+
+def prompt_bytes(request: ChatRequest) -> bytes:
+    """Tools, then every message, encoded so a turn's bytes begin its successor's."""
+    messages = _ENCODER.encode(request.messages)[:-1]  # without the closing `]`
+    return _ENCODER.encode(request.tools) + messages if request.tools else messages
+
+
+def checkpoints(blocks: int) -> Iterable[int]:
+    """The block counts (1-based) after which the chain is hashed, for a prompt of `blocks`."""
+    blocks = min(blocks, MAX_BLOCKS)
+    yield from range(1, min(blocks, DENSE_BLOCKS) + 1)
+    yield from range(DENSE_BLOCKS + SPARSE_EVERY, blocks + 1, SPARSE_EVERY)
+
+
+def prefix_hashes(data: bytes, salt: str | None = None) -> list[int]:
+    """The chain over `data`'s full blocks at each checkpoint, longest prefix first."""
+    hasher = hashlib.blake2b(digest_size=8, person=_PREFIX)
+    _salt(hasher, salt)
+    view = memoryview(data)
+    out: list[int] = []
+    done = 0
+    for count in checkpoints(len(data) // BLOCK_BYTES):
+        hasher.update(view[done * BLOCK_BYTES : count * BLOCK_BYTES])
+        done = count
+        out.append(int.from_bytes(hasher.copy().digest(), "big"))
+    out.reverse()
+    return out
+
+
+def _salt(hasher: hashlib.blake2b, salt: str | None) -> None:
+    if salt:
+        raw = salt.encode()
+        hasher.update(len(raw).to_bytes(4, "big") + raw)
+
+
+class AffinityMemory:
+    """One upstream's memory of what went where: chain hash -> (replica, when recorded)."""
+
+    __slots__ = ("_entries", "capacity", "ttl")
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
+        if capacity < 1 or not ttl_seconds > 0:
+            raise ValueError("capacity must be >= 1 and ttl_seconds > 0")
+        self.capacity = capacity
+        self.ttl = ttl_seconds
+        self._entries: dict[int, tuple[str, float]] = {}  # insertion order = least recently recorded first
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, chain: Sequence[int], now: float) -> list[str]:
+        """The replicas that served `chain`'s prefixes (longest first, each once); expired ones not."""
+        entries, oldest = self._entries, now - self.ttl
+        out: list[str] = []
+        for digest in chain:
+            entry = entries.get(digest)
+            if entry is not None and entry[1] > oldest and entry[0] not in out:
+                out.append(entry[0])
+        return out
+
+    def record(self, chain: Sequence[int], replica: str, now: float) -> None:
+        """`replica` got a request with `chain`: its prefixes now point there."""
+        entries = self._entries
+        value = (replica, now)  # one tuple for the whole record
+        for digest in chain:
+            entries.pop(digest, None)
+            entries[digest] = value
+        self._expire(now)
+        while len(entries) > self.capacity:
+            del entries[next(iter(entries))]
+
+    def _expire(self, now: float) -> None:
+        entries, oldest = self._entries, now - self.ttl
+        while entries:
+            first = next(iter(entries))
+            if entries[first][1] > oldest:
+                break
+            del entries[first]
