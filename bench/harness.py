@@ -1,15 +1,17 @@
-"""Side-by-side benchmark: stub direct, nginx, the ceiling, our gateway and LiteLLM proxy.
+"""Side-by-side benchmark: stub direct, nginx, the ceiling, our gateway (keys off and on) and,
+on request, LiteLLM proxy.
 
-    bench/run            # full run (~13 min): installs nginx, wrk, LiteLLM, then this script
-    bench/run --quick    # ~5 min, 2 s per cell
+    bench/run            # full run (~18 min): installs nginx and wrk, then this script
+    bench/run --quick    # ~8 min, 2 s per cell
     .venv/bin/python bench/harness.py --smoke   # CI: a few seconds, installs nothing
 
 For every scenario (/v1 non-stream, /v1 stream, /llm stream) and concurrency (1, 16, 64) the
-targets are driven in rotation (direct, nginx, ceiling, ours, LiteLLM; the start rotates each
+targets are driven in rotation (direct, nginx, ceiling, ours, keyed; the start rotates each
 round): warm-up, measured run with wrk, then for streams the TTFT probe (loadgen.py). Then
-the paced scenario (paced.py): 200 streams at 50 tokens/s against direct, the ceiling and
-the gateway. Prints both tables and the issue's targets as met / missed by how much; writes
-JSON to bench/out/. See bench/README.md.
+the paced capacity search (paced.py): 100, 200, ... concurrent streams at 50 tokens/s
+against direct, the ceiling and the gateway, until each fails a step. Prints the tables and
+issue 21's targets as met / missed by how much; writes JSON to bench/out/. See
+bench/README.md.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--quick", action="store_const", dest="mode", const="quick")
     mode.add_argument("--smoke", action="store_const", dest="mode", const="smoke",
                       help="CI form: loadgen driver, direct + ours (+ nginx/LiteLLM if installed)")
-    p.add_argument("--targets", default="direct,nginx,ceiling,ours,keyed,litellm",
-                   help="comma list (ceiling: bench/ceiling.py, one Litestar handler relaying via aiohttp)")
+    p.add_argument("--targets", default="direct,nginx,ceiling,ours,keyed",
+                   help="comma list (ceiling: bench/ceiling.py, one Litestar handler relaying via aiohttp; "
+                   "litellm: LiteLLM proxy, bench/run installs it when named here)")
     p.add_argument("--concurrency", help="comma list, default 1,16,64")
     p.add_argument("--scenarios", default="v1,v1-stream,llm-stream,paced",
-                   help="comma list; paced: 200 streams at 50 tokens/s (bench/paced.py)")
+                   help="comma list; paced: the capacity search at 50 tokens/s (bench/paced.py)")
     p.add_argument("--duration", type=float, help="seconds per measured run")
     p.add_argument("--rounds", type=int)
     p.add_argument("--pin", choices=["split", "none"], default="split",
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     rss: dict[str, float | None] = {}
     missing: dict[str, str] = {}
     paced_cells: dict[str, dict[str, Any]] | None = None
+    capacity: dict[str, Any] | None = None
     up_names: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         procs = t.Procs(Path(tmp))
@@ -177,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             measure(args, up, load, Path(tmp), raw, answered)
             rss = {name: t.peak_rss_mb(target.pids()) for name, target in up.items()}
             if "paced" in args.scenarios.split(","):
-                print("  paced scenario: its own stub (--chunk-delay), ceiling and gateway", flush=True)
-                paced_cells, args.quiet_budget = paced.measure(args.mode, procs, load, tcpus,
-                                                               args.targets.split(","), args.quiet_budget)
+                print("  paced capacity search: its own stub (--chunk-delay), ceiling and gateway", flush=True)
+                capacity, args.quiet_budget = paced.measure(args.mode, procs, load, tcpus,
+                                                            args.targets.split(","), args.quiet_budget)
+                paced_cells = paced.summary_cells(capacity)
         finally:
             procs.stop_all()
     cells = {key: report.aggregate(runs) for key, runs in raw.items()}
@@ -200,22 +205,23 @@ def main(argv: list[str] | None = None) -> int:
         f"{n} {v:.1f} MB" if v is not None else f"{n} n/a" for n, v in rss.items()))
     print(f"gateway interpreter: {t.gateway_python()}" + (f"; ceiling: {peers.ceiling_python()}"
                                                            if "ceiling" in up_names else ""))
-    if paced_cells is not None:
-        streams, rounds = paced.MODES[args.mode]
+    if capacity is not None:
         print()
-        print(report.paced_table(paced_cells, streams, rounds, paced.TOKENS, paced.CHUNK_DELAY))
+        print(report.capacity_table(capacity))
     print()
-    runtime = t.gateway_python() == str(t.RUNTIME_VENV / "bin" / "python")
-    results = report.checks(cells, rss, runtime, paced_cells) if args.mode != "smoke" else []
+    same = "ceiling" in up_names and peers.ceiling_python() == t.gateway_python()
+    results = report.checks(cells, rss, same, capacity) if args.mode != "smoke" else []
     for line in results:
         print(line["text"])
+    if results:
+        print(report.summary(results))
     record = {"mode": args.mode, "driver": args.driver, "pin": args.pin, "duration_s": args.duration,
               "rounds": args.rounds, "concurrency": args.concurrency, "machine": report.machine(),
               "command": " ".join(["bench/harness.py", *(argv if argv is not None else sys.argv[1:])]),
               "elapsed_s": round(time.monotonic() - began, 1), "cells": cells, "peak_rss_mb": rss,
-              "gateway_python": t.gateway_python(), "paced": paced_cells,
-              "paced_setup": {"streams_rounds": paced.MODES[args.mode], "tokens": paced.TOKENS,
-                              "chunk_delay_s": paced.CHUNK_DELAY, "client_processes": paced.CLIENTS},
+              "gateway_python": t.gateway_python(), "paced": paced_cells, "paced_capacity": capacity,
+              "paced_setup": {"steps_rounds": paced.MODES[args.mode], "tokens": paced.TOKENS,
+                              "chunk_delay_s": paced.CHUNK_DELAY, "streams_per_client": paced.STREAMS_PER_CLIENT},
               "answered": answered, "unavailable": missing, "checks": results}
     path = report.write_json(Path(args.out), record)
     print(f"\nJSON: {path}  ({record['elapsed_s']} s)")

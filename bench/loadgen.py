@@ -51,8 +51,10 @@ class Stats:
 class Client(asyncio.Protocol):
     """One keep-alive connection sending the same request again until the deadline."""
 
-    def __init__(self, request: bytes, stats: Stats, deadline: float, done: asyncio.Future[None]) -> None:
+    def __init__(self, request: bytes, stats: Stats, deadline: float, done: asyncio.Future[None],
+                 budget: list[int]) -> None:
         self.request, self.stats, self.deadline, self.done = request, stats, deadline, done
+        self.budget = budget  # [requests left to send], shared by every connection; < 0: no count
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.sent = 0.0
@@ -66,6 +68,10 @@ class Client(asyncio.Protocol):
 
     def send(self) -> None:
         assert self.transport is not None
+        if self.budget[0] == 0:
+            self.close()
+            return
+        self.budget[0] -= 1
         self.ttft, self.tail = None, b""
         self.sent = time.perf_counter()
         self.transport.write(self.request)
@@ -110,7 +116,8 @@ class Client(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def run(url: str, body: bytes, headers: list[str], concurrency: int, duration: float) -> dict[str, object]:
+async def run(url: str, body: bytes, headers: list[str], concurrency: int, duration: float,
+              requests: int = -1) -> dict[str, object]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     if host not in ("127.0.0.1", "localhost"):
@@ -123,10 +130,11 @@ async def run(url: str, body: bytes, headers: list[str], concurrency: int, durat
     start = time.perf_counter()
     deadline = start + duration
     dones: list[asyncio.Future[None]] = []
-    for _ in range(concurrency):
+    budget = [requests]
+    for _ in range(min(concurrency, requests) if requests >= 0 else concurrency):
         done: asyncio.Future[None] = loop.create_future()
         try:
-            await loop.create_connection(lambda d=done: Client(request, stats, deadline, d), host, port)
+            await loop.create_connection(lambda d=done: Client(request, stats, deadline, d, budget), host, port)
         except OSError:
             stats.connect_errors += 1
             continue
@@ -160,15 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--body", required=True, help="JSON request body")
     parser.add_argument("--header", action="append", default=[], help="extra 'name: value' header")
     parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--duration", type=float, default=2.0, help="seconds (capped at 120)")
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds (capped at 600)")
+    parser.add_argument("--requests", type=int, default=-1,
+                        help="send exactly this many requests in all (the run ends at the count or the duration)")
     args = parser.parse_args(argv)
-    duration = min(max(args.duration, 0.05), 120.0)
+    duration = min(max(args.duration, 0.05), 600.0)
     try:
         import uvloop
     except ImportError:  # pragma: no cover
-        result = asyncio.run(run(args.url, args.body.encode(), args.header, args.concurrency, duration))
+        result = asyncio.run(run(args.url, args.body.encode(), args.header, args.concurrency, duration, args.requests))
     else:
-        result = uvloop.run(run(args.url, args.body.encode(), args.header, args.concurrency, duration))
+        result = uvloop.run(run(args.url, args.body.encode(), args.header, args.concurrency, duration, args.requests))
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
     return 0

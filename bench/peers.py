@@ -69,14 +69,15 @@ def start_nginx(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
     return Target("nginx", f"http://127.0.0.1:{port}", proc, log)
 
 
-def start_ceiling(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "ceiling") -> Target:
+def start_ceiling(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "ceiling",
+                  wrap: tuple[str, ...] = ()) -> Target:
     """bench/ceiling.py: one Litestar handler relaying through one aiohttp session, on the
     gateway's interpreter (the runtime venv) when that has aiohttp, else on this one."""
     port = free_port()
-    argv = [ceiling_python(), str(ROOT / "bench" / "ceiling.py"), "--listen", f"127.0.0.1:{port}",
+    argv = [*wrap, ceiling_python(), str(ROOT / "bench" / "ceiling.py"), "--listen", f"127.0.0.1:{port}",
             "--upstream", stub_url]
     proc, log = procs.spawn(name, argv, cpus)
-    wait_ready(f"http://127.0.0.1:{port}/health", proc, log, 20)
+    wait_ready(f"http://127.0.0.1:{port}/health", proc, log, 600 if wrap else 20)
     return Target("ceiling", f"http://127.0.0.1:{port}", proc, log)
 
 

@@ -1,5 +1,5 @@
-"""The tables (load and paced), the issue-14 targets as met / missed by how much, and the JSON
-record of a harness run."""
+"""The tables (load and paced capacity), the issue-21 targets as met / missed by how much, and
+the JSON record of a harness run."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+import paced
 
 TARGET_ORDER = ["direct", "nginx", "ceiling", "ours", "keyed", "litellm"]
 # Targets with no Messages API: their /v1 stream stands in /llm comparisons.
@@ -100,74 +102,119 @@ class Targets:
                          "text": f"{status:<6} {name}: {shown} (target {op} {bound}{unit}{how}){note}"})
 
 
-def checks(cells: dict[str, Cell], rss: dict[str, float | None], runtime_venv: bool,
-           paced: dict[str, Cell] | None = None) -> list[dict[str, Any]]:
-    """The issue's targets, all computed from this run (issue 14 item 6)."""
+SCENARIO_LABELS = (("v1", "/v1 non-stream"), ("v1-stream", "/v1 stream"), ("llm-stream", "/llm stream"))
+
+
+def _p50_over(ours: Cell | None, base: Cell | None) -> float | None:
+    if not ours or not base or ours.get("p50_ms") is None or base.get("p50_ms") is None:
+        return None
+    return float(ours["p50_ms"]) - float(base["p50_ms"])
+
+
+def checks(cells: dict[str, Cell], rss: dict[str, float | None], same_interpreter: bool,
+           capacity: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Issue 21's targets, all computed from this run; then the sanity lines and, as `info`,
+    the figures issue 14 targeted (no longer targets)."""
     targets = Targets()
     v1, v1s, llm = ratios(cells, "v1", 64), ratios(cells, "v1-stream", 64), ratios(cells, "llm-stream", 64)
     targets.add("/v1 non-stream c64 ours/ceiling", v1["ceiling"], ">=", 0.8)
     targets.add("/v1 stream c64 ours/ceiling", v1s["ceiling"], ">=", 0.8)
-    targets.add("/llm stream c64 ours/ceiling /v1 stream", llm["ceiling"], ">=", 0.6)
-    targets.add("/v1 non-stream c64 ours/LiteLLM", v1["litellm"], ">=", 20)
-    targets.add("/v1 stream c64 ours/LiteLLM", v1s["litellm"], ">=", 40)
-    targets.add("/llm stream c64 ours/LiteLLM /v1/messages", llm["litellm"], ">=", 40)
-    for scenario, label in (("v1", "/v1 non-stream"), ("v1-stream", "/v1 stream"), ("llm-stream", "/llm stream")):
+    targets.add("/llm stream c64 ours/ceiling's /v1 stream", llm["ceiling"], ">=", 0.65)
+    for scenario, label in SCENARIO_LABELS:
         keyed = _ratio(cells.get(f"{scenario}|64|keyed"), cells.get(f"{scenario}|64|ours"))
-        targets.add(f"{label} c64 keyed/ours (API key + limits, issue 15)", keyed, ">=", 0.9)
-    ours1, direct1 = cells.get("v1|1|ours"), cells.get("v1|1|direct")
-    added = None
-    if ours1 and direct1 and ours1.get("p50_ms") is not None and direct1.get("p50_ms") is not None:
-        added = ours1["p50_ms"] - direct1["p50_ms"]
-    targets.add("added p50 at c1 over direct (/v1 non-stream)", added, "<=", 0.3, " ms")
-    targets.add("gateway peak RSS under load", rss.get("ours") if runtime_venv else None, "<=", 64, " MB",
-                "" if runtime_venv else " (the gateway did not run on the runtime venv: bench/run builds it)")
-    if paced is not None:
-        paced_checks(targets, paced)
-    # Not a target: if the stub is not well ahead of the gateway, the ratios above say nothing.
+        targets.add(f"{label} c64 keyed/ours (API keys + limits on / off)", keyed, ">=", 0.9)
+    for scenario, label in SCENARIO_LABELS:
+        base = "v1-stream" if scenario == "llm-stream" else scenario
+        added = _p50_over(cells.get(f"{scenario}|1|ours"), cells.get(f"{base}|1|ceiling"))
+        against = " /v1 stream" if scenario == "llm-stream" else ""
+        targets.add(f"{label} c1 p50 over the ceiling's{against}", added, "<=", 0.2, " ms")
+    ours_rss, ceiling_rss = rss.get("ours"), rss.get("ceiling")
+    over = ours_rss - ceiling_rss if ours_rss is not None and ceiling_rss is not None and same_interpreter else None
+    targets.add("peak RSS under load, ours over the ceiling's", over, "<=", 12, " MB",
+                f" (ours {ours_rss:.1f} MB, ceiling {ceiling_rss:.1f} MB)" if over is not None and ours_rss
+                and ceiling_rss else " (needs both, on one interpreter: bench/run builds the runtime venv)")
+    if capacity is not None:
+        capacity_checks(targets, capacity)
+    # Not targets: if the stub is not well ahead of the gateway, the ratios above say nothing.
     direct_over_ours = [1 / r for r in (v1["direct"], v1s["direct"]) if r]
     targets.add("sanity: direct/ours at c64 (/v1, lower of non-stream and stream)",
                 min(direct_over_ours) if direct_over_ours else None, ">=", 2)
-    return targets.out
+    if capacity is not None:
+        used = [paced.final(capacity, key, paced.comparison_step(capacity, key.split("|")[0]))
+                for key in capacity["runs"]]
+        lags = [c["client_lag_p99_ms"] for c in used if c and c.get("client_lag_p99_ms") is not None]
+        targets.add("sanity: paced client loop lag p99, worst run at the CPU comparison steps",
+                    max(lags) if lags else None, "<=", 2, " ms")
+    info = Targets()
+    info.add("/v1 non-stream c64 ours/LiteLLM (issue 14: >= 20x)", v1["litellm"], ">=", 20)
+    info.add("/v1 stream c64 ours/LiteLLM (issue 14: >= 40x)", v1s["litellm"], ">=", 40)
+    info.add("/llm stream c64 ours/LiteLLM /v1/messages (issue 14: >= 40x)", llm["litellm"], ">=", 40)
+    info.add("/v1 non-stream c1 p50 over direct (issue 14: <= 0.3 ms)",
+             _p50_over(cells.get("v1|1|ours"), cells.get("v1|1|direct")), "<=", 0.3, " ms")
+    for line in info.out:
+        line["status"] = "info"
+        line["text"] = "info   " + line["text"].split(" ", 1)[1].lstrip()
+    return targets.out + info.out
 
 
-def paced_checks(targets: Targets, paced: dict[str, Cell]) -> None:
-    direct, ceiling = paced.get("/v1|direct") or {}, paced.get("/v1|ceiling") or {}
-    for surface in ("/v1", "/llm"):
-        ours = paced.get(f"{surface}|ours") or {}
-        missing = ours["streams"] - ours["completed"] if "streams" in ours else None
-        targets.add(f"paced {surface}: streams that did not complete", missing, "<=", 0, "")
-        gap = None
-        if ours.get("gap_p99_ms") is not None and direct.get("gap_p99_ms") is not None:
-            gap = ours["gap_p99_ms"] - direct["gap_p99_ms"]
-        targets.add(f"paced {surface}: gateway p99 gap over direct's", gap, "<=", 10, " ms")
-        cpu = ours["cpu_s"] / ceiling["cpu_s"] if ours.get("cpu_s") and ceiling.get("cpu_s") else None
-        targets.add(f"paced {surface}: gateway CPU / ceiling's (/v1)", cpu, "<=", 1.6)
-    lags = [c["client_lag_p99_ms"] for c in paced.values() if c.get("client_lag_p99_ms") is not None]
-    targets.add("sanity: paced client event-loop lag p99, worst run (else the client stalled, not the target)",
-                max(lags) if lags else None, "<=", 2, " ms")
+def capacity_checks(targets: Targets, record: dict[str, Any]) -> None:
+    cap = record["capacity"]
+    bounded = "" if record.get("load_limit") is None else \
+        f" (the load side failed at {record['load_limit']} streams: capacities are lower bounds)"
+    ceiling = cap.get("/v1|ceiling")
+    for surface, bound, cpu_bound in (("/v1", 0.8, 1.3), ("/llm", 0.65, 1.6)):
+        ours = cap.get(f"{surface}|ours")
+        ratio = ours / ceiling if ours is not None and ceiling else None
+        top = ", the top of the search" if ceiling == record["top"] else ""
+        shown = f" (ours {ours}, ceiling {ceiling} streams{top})" if ours is not None and ceiling is not None else ""
+        targets.add(f"paced capacity {surface} ours/ceiling's /v1", ratio, ">=", bound, "x", shown + bounded)
+        step = paced.comparison_step(record, surface)
+        mine, base = paced.final(record, f"{surface}|ours", step), paced.final(record, "/v1|ceiling", step)
+        cpu = mine["cpu_s_per_1k_tokens"] / base["cpu_s_per_1k_tokens"] \
+            if mine and base and base.get("cpu_s_per_1k_tokens") else None
+        note = (f" (at {step} streams: ours {mine['cpu_s_per_1k_tokens']:.4f}, ceiling "
+                f"{base['cpu_s_per_1k_tokens']:.4f} CPU s per 1,000 tokens)") if mine and base and cpu else ""
+        targets.add(f"paced CPU per 1,000 tokens {surface} ours/ceiling's /v1", cpu, "<=", cpu_bound, "x", note)
 
 
-def paced_table(paced: dict[str, Cell], streams: int, rounds: int, tokens: int, delay: float) -> str:
-    head = (f"{'surface':<8}{'target':<10}{'completed':>11}{'TTFT p50':>10}{'TTFT p99':>10}{'gap p50':>9}"
-            f"{'gap p99':>9}{'gap max':>9}{'CPU s':>8}{'x ceiling':>11}{'client lag p99':>16}{'client CPU%':>13}"
-            f"{'bg%':>5}")
-    lines = [f"paced: stub --chunk-delay {delay:g} --tokens {tokens}, {streams} concurrent streams x {rounds} "
-             "answer(s) each; times in ms (gap: between arrivals after the first token)", head, "-" * len(head)]
-    ceiling_cpu = (paced.get("/v1|ceiling") or {}).get("cpu_s")
-    for key, cell in paced.items():
+def summary(results: list[dict[str, Any]]) -> str:
+    counted = [r for r in results if r["status"] != "info" and not r["target"].startswith("sanity")]
+    met = sum(r["status"] == "met" for r in counted)
+    missed = [r["target"] for r in counted if r["status"] != "met"]
+    return f"issue 21: {met} of {len(counted)} targets met" + (f"; not met: {'; '.join(missed)}" if missed else "")
+
+
+def capacity_table(record: dict[str, Any]) -> str:
+    head = (f"{'streams':>7}  {'surface':<8}{'target':<9}{'completed':>11}{'TTFT p50':>10}{'TTFT p99':>10}"
+            f"{'gap p50':>9}{'gap p99':>9}{'gap max':>9}  {'step':<30}{'CPU s':>7}{'s/1k tok':>10}{'x ceiling':>11}"
+            f"{'lag p99':>9}{'bg%':>5}")
+    lines = [f"paced capacity: stub --chunk-delay {record['chunk_delay_s']:g} --tokens {record['tokens']}, "
+             f"{record['rounds']} answer(s) per stream, steps {record['steps'][0]}..{record['steps'][-1]}; a step "
+             f"passes with every stream complete and gap p99 <= direct's + {record['gap_slack_ms']:g} ms; "
+             "times in ms, lag: the client's", head, "-" * len(head)]
+    order = [f"{surface}|{name}" for surface, name, _ in paced.RUNS]
+    rows = sorted(((c["step"], key, c) for key, runs in record["runs"].items() for c in runs),
+                  key=lambda r: (r[0], order.index(r[1]) if r[1] in order else len(order), r[2]["attempt"]))
+    for step, key, cell in rows:
         surface, target = key.split("|")
-        if cell.get("unavailable"):
-            lines.append(f"{surface:<8}{target:<10}{'n/a':>11}  ({cell['unavailable']})"[:150])
-            continue
-        vs = cell["cpu_s"] / ceiling_cpu if ceiling_cpu and target == "ours" else None
+        base = paced.final(record, "/v1|ceiling", step)
+        vs = cell["cpu_s_per_1k_tokens"] / base["cpu_s_per_1k_tokens"] \
+            if base and base["cpu_s_per_1k_tokens"] and target == "ours" else None
+        status = ("ok " if cell["passed"] else "FAIL ") + cell["why"] + (" (again)" if cell["attempt"] > 1 else "")
         lines.append(
-            f"{surface:<8}{target:<10}{cell['completed']:>5}/{cell['streams']:<5}"
-            f"{_num(cell['ttft_p50_ms'], '{:.1f}'):>10}"
-            f"{_num(cell['ttft_p99_ms'], '{:.1f}'):>10}{_num(cell['gap_p50_ms'], '{:.1f}'):>9}"
-            f"{_num(cell['gap_p99_ms'], '{:.1f}'):>9}{_num(cell['gap_max_ms'], '{:.1f}'):>9}"
-            f"{cell['cpu_s']:>8.2f}{_num(vs, '{:.2f}x'):>11}{_num(cell['client_lag_p99_ms'], '{:.2f}'):>16}"
-            f"{_num(cell['client_cpu_pct'], '{:.0f}'):>13}{_num(cell.get('background_cpu_pct'), '{:.0f}'):>5}"
-        )
+            f"{step:>7}  {surface:<8}{target:<9}{cell['completed']:>5}/{cell['streams']:<5}"
+            f"{_num(cell['ttft_p50_ms'], '{:.1f}'):>10}{_num(cell['ttft_p99_ms'], '{:.1f}'):>10}"
+            f"{_num(cell['gap_p50_ms'], '{:.1f}'):>9}{_num(cell['gap_p99_ms'], '{:.1f}'):>9}"
+            f"{_num(cell['gap_max_ms'], '{:.1f}'):>9}  {status[:30]:<30}{cell['cpu_s']:>7.2f}"
+            f"{cell['cpu_s_per_1k_tokens']:>10.4f}{_num(vs, '{:.2f}x'):>11}"
+            f"{_num(cell['client_lag_p99_ms'], '{:.2f}'):>9}{_num(cell.get('background_cpu_pct'), '{:.0f}'):>5}")
+    for key, why in record["unavailable"].items():
+        surface, target = key.split("|")
+        lines.append(f"{'':>7}  {surface:<8}{target:<9}{'n/a':>11}  ({why})"[:150])
+    limit = "" if record["load_limit"] is None else f"; the load side failed at {record['load_limit']}: lower bounds"
+    lines.append("capacity (streams, the last step passed; + = the top of the search): " + ", ".join(
+        f"{key.split('|')[1]} {key.split('|')[0]} {n}{'+' if n == record['top'] else ''}"
+        for key, n in record["capacity"].items() if key != paced.DIRECT) + limit)
     return "\n".join(lines)
 
 

@@ -235,7 +235,9 @@ def gateway_python() -> str:
     return str(runtime) if current and os.access(runtime, os.X_OK) else sys.executable
 
 
-def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "gateway") -> Target:
+def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "gateway",
+                  wrap: tuple[str, ...] = ()) -> Target:
+    """`wrap`: a command the gateway runs under (bench/cpu_cost.py: valgrind)."""
     port = free_port()
     config = procs.workdir / f"{name}.toml"
     # BENCH_GATEWAY_WORKERS=N: N processes sharing one cap on the Redis ledger (issue 8
@@ -255,13 +257,14 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str 
         '[ops]\nlisten = "127.0.0.1:0"\n\n'  # several gateways at once: each its own ops port
         f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n{admission}'
     )
-    argv = [gateway_python(), "-m", "bootstrap", "serve", "--config", str(config)]
+    argv = [*wrap, gateway_python(), "-m", "bootstrap", "serve", "--config", str(config)]
     proc, log = procs.spawn(name, argv, cpus)
-    wait_ready(f"http://127.0.0.1:{port}/healthz", proc, log, 30)
+    wait_ready(f"http://127.0.0.1:{port}/healthz", proc, log, 600 if wrap else 30)
     return Target("ours", f"http://127.0.0.1:{port}", proc, log, messages_path="/llm/v1/messages")
 
 
-def start_keyed_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> Target:
+def start_keyed_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "keyed",
+                        wrap: tuple[str, ...] = ()) -> Target:
     """`ours` with API keys required and a consumer with request and token limits far above
     the load: every request is authenticated, reserves and settles (issue 15's added cost)."""
     key = "gw_0be5c4ed_" + "k" * 43  # a fixed, well-formed key: bench only
@@ -270,14 +273,14 @@ def start_keyed_gateway(procs: Procs, cpus: set[int] | None, stub_url: str) -> T
     keys.write_text(f'[consumers.bench]\nkeys = ["{digest}"]\nrequests_per_minute = 1000000000\n'
                     "tokens_per_minute = 1000000000000\n")
     port = free_port()
-    config = procs.workdir / "keyed.toml"
+    config = procs.workdir / f"{name}.toml"
     config.write_text(
         f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n\n[ops]\nlisten = "127.0.0.1:0"\n\n'
         f'[auth]\nmode = "required"\nkeys_file = "{keys}"\n\n'
         f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n'
     )
-    argv = [gateway_python(), "-m", "bootstrap", "serve", "--config", str(config)]
-    proc, log = procs.spawn("keyed", argv, cpus)
-    wait_ready(f"http://127.0.0.1:{port}/healthz", proc, log, 30)
+    argv = [*wrap, gateway_python(), "-m", "bootstrap", "serve", "--config", str(config)]
+    proc, log = procs.spawn(name, argv, cpus)
+    wait_ready(f"http://127.0.0.1:{port}/healthz", proc, log, 600 if wrap else 30)
     return Target("keyed", f"http://127.0.0.1:{port}", proc, log, headers={"authorization": f"Bearer {key}"},
                   messages_path="/llm/v1/messages")

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""What would a change save? Run the gateway with a cost removed, for measurement only.
+
+    BENCH_GATEWAY_PYTHON=bench/whatif.py WHATIF=no-guard-copy,gc-threshold \\
+        .venv/bin/python bench/cpu_cost.py --target ours --scenario v1-stream --callgrind
+
+Issue 21's profile used this to put a figure on each proposed change before anyone writes
+it: each name below removes (or stubs out) one per-request cost at import time, so
+`cpu_cost.py --callgrind` can count the instructions that cost takes. A patched gateway is
+NOT a correct gateway (a removed timeout no longer times out, a removed trace hook no longer
+detects a reused connection): never serve with it, never read anything but its cost. Some
+patches reach into Litestar or aiohttp internals to remove a cost; that is allowed here
+only because nothing here is the product. The real change must do the same work within the
+stack's public API, so the saving measured is an upper bound for it.
+
+It stands in for the gateway's interpreter as bench/targets.py runs it (`-m bootstrap serve
+...`): `BENCH_GATEWAY_PYTHON` points at this file, which re-executes itself on the runtime
+venv's interpreter (bench/.venv-runtime, built by bench/run) when that exists.
+`cpu_cost.py --callgrind` follows that exec (valgrind `--trace-children=yes`). Given a
+script instead (the ceiling: `peers.ceiling_python()` resolves to this too), only
+`gc-threshold`, `no-gc` and `gc-report` apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNTIME = ROOT / "bench" / ".venv-runtime" / "bin" / "python"
+
+
+def _no_guard_copy() -> None:
+    """Litestar copies the route handler for every guard call: run the guards without it
+    (what the header-size and key checks cost once they live in the Router's middleware)."""
+    from litestar.handlers.base import BaseRouteHandler
+
+    async def authorize_connection(self: Any, connection: Any) -> None:
+        for guard in self.resolve_guards():
+            await guard(connection, self)
+
+    BaseRouteHandler.authorize_connection = authorize_connection  # type: ignore[method-assign]
+
+
+def _no_trace() -> None:
+    """aiohttp's trace hook on every request (only to notice a reused connection)."""
+    import types
+
+    import adapters.outbound.openai_compat.session as session
+
+    original = session.aiohttp.ClientSession
+
+    def plain(*args: Any, trace_configs: Any = None, **kwargs: Any) -> Any:
+        return original(*args, **kwargs)
+
+    session.aiohttp = types.SimpleNamespace(**{**vars(session.aiohttp), "ClientSession": plain})
+
+
+def _no_lease_watch() -> None:
+    """`_unless_lost`: two tasks and an asyncio.wait per non-streaming call."""
+    import application.chat as chat
+
+    async def unless_lost(call: Any, lost: asyncio.Event) -> Any:
+        return await call
+
+    chat._unless_lost = unless_lost
+
+
+def _no_read_timeout() -> None:
+    """An `asyncio.timeout` object around every upstream body read."""
+    from adapters.outbound.openai_compat.client import OpenAICompatClient
+
+    async def read(self: Any, resp: Any) -> bytes:
+        return await resp.content.readany()  # type: ignore[no-any-return]
+
+    OpenAICompatClient._read = read  # type: ignore[method-assign]
+
+
+def _no_body_timeout() -> None:
+    """An `asyncio.timeout` object around reading the request body."""
+    import adapters.inbound._shared.edge as edge
+
+    async def read_body(request: Any, timeout: float | None) -> bytes:
+        return await request.body()  # type: ignore[no-any-return]
+
+    edge.read_body = read_body
+    import adapters.inbound.anthropic.controller as llm
+    import adapters.inbound.openai.controller as v1
+
+    v1.read_body = llm.read_body = read_body
+
+
+def _no_watch() -> None:
+    """The hang-up watcher's timer (and task, for slow requests) per request."""
+    from adapters.inbound._shared.edge import Call
+
+    Call.watch = lambda self: None  # type: ignore[method-assign]
+
+
+def _no_metrics() -> None:
+    """The Prometheus children updated per request."""
+    from adapters.outbound.prometheus_metrics import PrometheusMetrics
+
+    PrometheusMetrics.request_finished = lambda self, record, handle=None: None  # type: ignore[method-assign]
+
+
+def _break_cycles() -> None:
+    """The reference cycles each request leaves for the cyclic GC (the ceiling leaves none):
+    the `Call` in the scope's state holds the cycle's `receive` and the task; `/llm`'s
+    `_frames` keeps the finished item task, whose StopAsyncIteration's traceback holds
+    `_frames`' own frame (and with it the request's objects)."""
+    import adapters.inbound._shared.edge as edge
+
+    call_middleware = edge.EdgeMiddleware.__call__
+
+    async def middleware(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await call_middleware(self, scope, receive, send)
+        finally:
+            call = scope.get("state", {}).pop(edge._KEY, None)
+            if call is not None:
+                call._receive = call._task = call._watcher = None
+                call.body = None
+
+    edge.EdgeMiddleware.__call__ = middleware  # type: ignore[method-assign]
+
+    import inspect
+
+    import adapters.inbound.anthropic.controller as llm
+
+    source = inspect.getsource(llm._frames)
+    old = "                    except StopAsyncIteration:\n                        break\n"
+    assert old in source, "whatif: anthropic _frames changed; update break-cycles"
+    clear = "task = done = None\n"
+    source = source.replace(old, f"                    except StopAsyncIteration:\n                        {clear}"
+                                 f"                        break\n                    {clear}")
+    exec(compile(source, llm.__file__, "exec"), llm.__dict__)
+
+
+def _gc_threshold() -> None:
+    """The cyclic GC's first generation collected every 10,000 allocations, not 700."""
+    gc.set_threshold(int(os.environ.get("WHATIF_GEN0", "10000")), 10, 10)
+
+
+def _no_gc() -> None:
+    gc.disable()
+
+
+def _gc_report() -> None:
+    """Keep what the cyclic GC frees (`gc.DEBUG_SAVEALL`); on SIGUSR1 collect and write the
+    kinds of objects found in cycles since the last report to $WHATIF_GC_REPORT (default
+    bench/out/gc-report.txt), then forget them: send it once after a warm-up, once after a
+    bounded load, and read what each request leaves to the GC."""
+    import collections
+    import signal
+
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    path = Path(os.environ.get("WHATIF_GC_REPORT", str(ROOT / "bench" / "out" / "gc-report.txt")))
+
+    def report(*_: Any) -> None:
+        gc.collect()
+        kinds = collections.Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
+        frames = collections.Counter(f"{o.f_code.co_qualname} ({o.f_code.co_filename.rsplit('/', 3)[-1]})"
+                                     for o in gc.garbage if type(o).__name__ == "frame")
+        lines = [f"{len(gc.garbage)} objects in cycles", *(f"{n:8d} {k}" for k, n in kinds.most_common(40)),
+                 "frames:", *(f"{n:8d} {k}" for k, n in frames.most_common(20))]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        gc.garbage.clear()
+
+    signal.signal(signal.SIGUSR1, report)
+
+
+PATCHES = {
+    "no-guard-copy": _no_guard_copy, "no-trace": _no_trace, "no-lease-watch": _no_lease_watch,
+    "no-read-timeout": _no_read_timeout, "no-body-timeout": _no_body_timeout, "no-watch": _no_watch,
+    "no-metrics": _no_metrics, "break-cycles": _break_cycles, "gc-threshold": _gc_threshold, "no-gc": _no_gc,
+    "gc-report": _gc_report,
+}
+
+
+def main() -> int:
+    if Path(sys.prefix) != RUNTIME.parents[1] and RUNTIME.exists() and not os.environ.get("WHATIF_EXEC"):
+        os.environ["WHATIF_EXEC"] = "1"  # once: on the runtime venv's interpreter
+        os.execv(str(RUNTIME), [str(RUNTIME), __file__, *sys.argv[1:]])
+    if sys.argv[1:3] == ["-c", "import aiohttp"]:  # peers.ceiling_python() asking
+        import aiohttp  # noqa: F401
+
+        return 0
+    wanted = [w for w in os.environ.get("WHATIF", "").split(",") if w]
+    unknown = set(wanted) - set(PATCHES)
+    if unknown:
+        raise SystemExit(f"whatif: unknown {sorted(unknown)}; known: {', '.join(PATCHES)}")
+    if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): only the GC settings apply
+        import runpy
+
+        for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report"}:
+            PATCHES[name]()
+        sys.argv = sys.argv[1:]
+        sys.path.insert(0, str(Path(sys.argv[0]).resolve().parent))
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        return 0
+    sys.path.insert(0, str(ROOT / "src"))
+    for name in wanted:
+        PATCHES[name]()
+    sys.argv = ["bootstrap", *sys.argv[3:]]
+    import bootstrap
+
+    return bootstrap.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
