@@ -310,7 +310,9 @@ def _serve(args: argparse.Namespace) -> int:
     server = config.server
     grace = server.drain_grace_seconds
     # The server's protocol bounds the request head below the app (SECURITY.md).
-    protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
+    protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds,
+                                server.client_write_timeout_seconds)
+    connections = {"limit_concurrency": server.limit_concurrency, "keep_alive": server.keep_alive_timeout_seconds}
 
     def build() -> tuple[Litestar, Any]:
         app = build_app(config)
@@ -320,9 +322,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         if server.workers > 1:
             return serving.run_workers(server.workers, host, port, grace, build, http_protocol=protocol,
-                                       limit_concurrency=server.limit_concurrency)
+                                       **connections)
         app, drain = build()
-        serving.run(app, host, port, drain, grace, http_protocol=protocol, limit_concurrency=server.limit_concurrency)
+        serving.run(app, host, port, drain, grace, http_protocol=protocol, **connections)
     finally:
         if stop_stubs is not None:
             stop_stubs()

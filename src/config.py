@@ -52,6 +52,10 @@ class ServerConfig(Section):
     queue_events: bool = True
     cors_allowed_origins: list[str] = msgspec.field(default_factory=list)
     access_log: bool = True
+    # The client connection (docs/operations.md, "Client connections"): a response write that
+    # cannot complete this long drops the client like a hang-up; idle time between requests.
+    client_write_timeout_seconds: PositiveFloat = 30.0
+    keep_alive_timeout_seconds: PositiveInt = 75
 
 
 class AdmissionTable(Section):
@@ -102,6 +106,9 @@ class AuthConfig(Section):
     keys_file: str | None = None  # required with mode = "required"
     # How often the keys file is checked for changes: also the revocation delay.
     reload_interval_seconds: PositiveFloat = 5.0
+    # Requests of one consumer waiting for one of its `max_in_flight` slots (per process);
+    # one more is a 429.
+    max_waiting_per_consumer: NonNegativeInt = 64
 
 
 class Config(Section):

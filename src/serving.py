@@ -32,8 +32,6 @@ import uvicorn
 
 log = logging.getLogger("gateway")
 
-KEEP_ALIVE_SECONDS = 75  # idle time between requests before uvicorn closes a client connection
-
 
 class Lifecycle:
     """Readiness, shared by the operations endpoints and the drain."""
@@ -94,13 +92,14 @@ def make_drain(
 
 
 def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float, http_protocol: type[asyncio.Protocol],
-                    limit_concurrency: int) -> uvicorn.Config:
+                    limit_concurrency: int, keep_alive: int) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=host, port=port, loop="uvloop", lifespan="on",
         http=http_protocol,  # httptools with the request-head bounds (adapters.inbound._shared.http_guard)
         # A backstop: admission is the real limit; past this uvicorn answers a plain-text 503.
         limit_concurrency=limit_concurrency,
-        access_log=False, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        # Idle time between requests before a client connection is closed (keep_alive_timeout_seconds).
+        access_log=False, log_level="warning", timeout_keep_alive=keep_alive,
         server_header=False, date_header=False,
         proxy_headers=False,  # nothing reads the client address; skips a middleware per request
         # After the drain, connections still open (uncapped work) get the rest of the grace.
@@ -110,10 +109,10 @@ def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float, http_p
 
 def run(
     app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float, *,
-    http_protocol: type[asyncio.Protocol], limit_concurrency: int,
+    http_protocol: type[asyncio.Protocol], limit_concurrency: int, keep_alive: int,
 ) -> None:
     """One process: serve until drained."""
-    config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency)
+    config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency, keep_alive)
     log.info("gateway listening on http://%s:%d", host, port)
     DrainingServer(config, drain).run()
 
@@ -121,7 +120,7 @@ def run(
 def run_workers(
     workers: int, host: str, port: int, grace_seconds: float,
     build: Callable[[], tuple[Any, Callable[[], Awaitable[None]]]], *,
-    http_protocol: type[asyncio.Protocol], limit_concurrency: int,
+    http_protocol: type[asyncio.Protocol], limit_concurrency: int, keep_alive: int,
 ) -> int:
     """Several processes on one listening socket (only with a shared admission ledger).
 
@@ -158,7 +157,7 @@ def run_workers(
             code = 0
             try:
                 app, drain = build()
-                config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency)
+                config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency, keep_alive)
                 DrainingServer(config, drain).run(sockets=[sock])
             except BaseException:
                 log.exception("worker failed")
