@@ -18,6 +18,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from domain.routing import find_alias_clash
+from redaction import masked_url, redacted
 
 PositiveFloat = Annotated[float, Meta(gt=0)]
 PositiveInt = Annotated[int, Meta(gt=0)]
@@ -154,7 +155,7 @@ def _check(config: Config) -> None:
         key = f"upstreams.{name}"
         parts = urlsplit(upstream.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{key}.url must be an http(s) URL, got '{upstream.url}'")
+            raise ConfigError(f"{key}.url must be an http(s) URL, got '{masked_url(upstream.url)}'")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         address = (parts.scheme, parts.hostname.lower(), port)
         if address in seen_addresses:
@@ -238,5 +239,7 @@ def load_config(path: str | Path) -> Config:
 
 
 def dump_config(config: Config) -> str:
-    """The effective configuration (defaults filled in) as JSON, for check-config."""
-    return msgspec.json.format(msgspec.json.encode(config).decode(), indent=2)
+    """The effective configuration (defaults filled in) as JSON, for check-config; passwords in
+    URLs and keys named like secrets are masked (`redaction`)."""
+    shown = redacted(msgspec.to_builtins(config))
+    return msgspec.json.format(msgspec.json.encode(shown).decode(), indent=2)

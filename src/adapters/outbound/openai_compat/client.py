@@ -134,10 +134,9 @@ class OpenAICompatClient:
             try:
                 await self._check_status(resp)
                 if resp.content_type != "text/event-stream":
-                    message = _error_message(await self._read_all(resp))
-                    raise UpstreamProtocolError(
-                        f"upstream '{self.name}' answered {resp.content_type}, not an event stream: {message}"
-                    )
+                    await self._read_all(resp)
+                    raise UpstreamProtocolError(f"upstream '{self.name}' answered a stream request without "
+                                                "an event stream")
                 yield stream
             finally:
                 stream.close()
@@ -184,9 +183,9 @@ class OpenAICompatClient:
             log.warning("upstream %s unreachable: %s", self.name, exc)
             raise UpstreamUnavailable(f"upstream '{self.name}' is unreachable") from exc
         except aiohttp.ClientResponseError as exc:  # unparsable status line or headers
-            raise UpstreamProtocolError(
-                f"upstream '{self.name}' sent a malformed HTTP response: {' '.join(exc.message.split())}"
-            ) from exc
+            # The parser's text quotes what the upstream sent: logged, never shown to clients.
+            log.warning("upstream %s sent a malformed HTTP response: %s", self.name, exc)
+            raise UpstreamProtocolError(f"upstream '{self.name}' sent a malformed HTTP response") from exc
         except aiohttp.ClientError as exc:
             log.warning("upstream %s request failed: %s", self.name, exc)
             raise UpstreamError(f"upstream '{self.name}' request failed") from exc
@@ -222,18 +221,20 @@ class OpenAICompatClient:
         except TimeoutError as exc:
             raise UpstreamTimeout(f"upstream '{self.name}' sent nothing for {self._idle:g}s") from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamError(f"upstream '{self.name}' connection failed mid-answer: {exc}") from exc
+            # e.g. "ContentLengthError ... ConnectionResetError(104, ...)": logged, never shown.
+            log.warning("upstream %s connection failed mid-answer: %r", self.name, exc)
+            raise UpstreamError(f"upstream '{self.name}' connection failed mid-answer") from exc
 
     async def _check_status(self, resp: aiohttp.ClientResponse) -> None:
         """Raise the domain error for a non-2xx answer (the body carries the message)."""
         status = resp.status
         if 200 <= status < 300:
             return
-        message = _error_message(await self._read_all(resp))
+        message = _error_message(await self._read_all(resp)) or f"upstream '{self.name}' answered HTTP {status}"
         if 400 <= status < 500:
-            raise upstream_rejection(status, message or f"upstream answered HTTP {status}")
+            raise upstream_rejection(status, message)
         if status >= 500:
-            raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}")
+            raise UpstreamError(message)
         raise UpstreamProtocolError(f"upstream '{self.name}' answered HTTP {status}")
 
 
@@ -244,9 +245,12 @@ def _end_span(span: Span | None, exc: BaseException | None) -> None:
 
 
 def _error_message(raw: bytes) -> str | None:
-    """The message of vLLM's nested or flat error envelope, else the body's text."""
+    """The message of vLLM's nested or flat error envelope (cut at 500 characters), else None.
+
+    Any other body (an ingress's HTML 502 naming a pod address and its server version, a
+    proxy's text) is never shown to a client: the caller says "answered HTTP N" instead.
+    """
     try:
-        message = ERROR_DECODER.decode(raw).error_message()
+        return ERROR_DECODER.decode(raw).error_message()
     except msgspec.DecodeError:
-        message = None
-    return message or raw.decode("utf-8", "replace").strip()[:500] or None
+        return None
