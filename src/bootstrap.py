@@ -40,7 +40,7 @@ from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
 from application.chat import ChatService
-from application.consumer_limits import ConsumerLimits
+from application.consumer_limits import DEFAULT_WAIT_SECONDS, ConsumerLimits
 from config import Config, ConfigError, dump_config, load_config, parse_listen
 from domain.admission import AdmissionPolicy
 from domain.routing import ModelRouter
@@ -185,9 +185,11 @@ def _consumer_concurrency(config: Config) -> ConsumerConcurrency | None:
 def _consumer_limits(
     config: Config, usage: UsageLedger | None, concurrency: ConsumerConcurrency | None
 ) -> ConsumerLimits:
-    """A consumer waits for its own slot at most as long as its upstream's queue would let it."""
-    waits = {name: u.admission.queue_timeout_seconds for name, u in config.upstreams.items() if u.admission}
-    return ConsumerLimits(usage, concurrency, waits)
+    """A consumer waits for its own slot (before its body is read, so before its upstream is known)
+    at most as long as the longest upstream queue would let it wait."""
+    waits = [u.admission.queue_timeout_seconds for u in config.upstreams.values() if u.admission]
+    return ConsumerLimits(usage, concurrency, max(waits, default=DEFAULT_WAIT_SECONDS),
+                          config.auth.max_waiting_per_consumer)
 
 
 def _check_keys_file(config: Config) -> None:

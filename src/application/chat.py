@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import msgspec
 
-from application.consumer_limits import ConsumerLimits
+from application.consumer_limits import ConsumerLimits, Door
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, GatewayError
@@ -81,6 +81,11 @@ class ChatService:
     def models(self) -> list[str]:
         return self._router.models()
 
+    async def admit(self, consumer: Consumer, record: RequestRecord | None = None) -> Door:
+        """A consumer's request count and in-flight slot, before its body is read (the edge
+        calls it for every request that reaches a model); release the `Door` at the end."""
+        return await self._consumers.admit(consumer, record)
+
     def upstream_for(self, model: str) -> str:
         """The upstream key serving `model`; raises `ModelNotFound`."""
         return self._router.upstream_for(model)
@@ -89,7 +94,7 @@ class ChatService:
         self, request: ChatRequest, record: RequestRecord | None = None, consumer: Consumer = ANONYMOUS
     ) -> ChatResponse:
         upstream, request = self._route(request, record)
-        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+        async with self._consumers.turn(consumer, request, record) as turn:
             lease = await self._admit_quietly(upstream, record, consumer)
             turn.reached_upstream = True
             try:
@@ -115,7 +120,7 @@ class ChatService:
         upstream that reports no usage gets an estimated `UsageReport` as the last batch.
         """
         upstream, request = self._route(request, record)
-        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+        async with self._consumers.turn(consumer, request, record) as turn:
             span, started = self._tracer.start("gateway.admission"), self._clock.now()
             entry = await self._enter(upstream, span, consumer)
             if entry.queued:

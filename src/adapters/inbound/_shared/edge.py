@@ -26,6 +26,7 @@ from litestar import Request
 from litestar.exceptions import InternalServerException
 from litestar.response import Stream
 
+from application.consumer_limits import Door
 from domain.consumers import ANONYMOUS_IDENTITY, Identity, RateSnapshot
 from domain.errors import GatewayError, RequestTimeout
 from domain.records import RequestRecord
@@ -56,7 +57,7 @@ class Closable(Protocol):
 class Call:
     """One request at the edge: its id, its record, and its hang-up watcher."""
 
-    __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "gone", "header_bytes",
+    __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "door", "gone", "header_bytes",
                  "identity", "record", "request_id", "stalled", "started")  # fmt: skip
 
     def __init__(self, scope: Any, receive: Any, surface: str) -> None:
@@ -71,6 +72,7 @@ class Call:
         self.body: Closable | None = None  # a streaming body, closed by the middleware
         # Who the request is for: the auth guard replaces it when keys are required.
         self.identity: Identity = ANONYMOUS_IDENTITY
+        self.door: Door | None = None  # the consumer slot the guard took, released at the end
         # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         incoming: bytes | None = None
@@ -188,11 +190,15 @@ class EdgeMiddleware:
                 raise
         finally:
             call.stop_watching()
-            body = call.body
-            if body is not None:
-                if not body.finished:  # Litestar stopped iterating: the client left mid-stream
-                    call.gone = True
-                await body.aclose()  # Litestar does not close it; its `finally` frees the slot now
+            body, door = call.body, call.door
+            try:
+                if body is not None:
+                    if not body.finished:  # Litestar stopped iterating: the client left mid-stream
+                        call.gone = True
+                    await body.aclose()  # Litestar does not close it; its `finally` frees the slot now
+            finally:
+                if door is not None:
+                    await door.release()  # the consumer's slot, taken by the edge guard
             if call.stalled:  # dropped below the app: to the app it was a hang-up
                 call.gone = True
                 record.error_kind = CLIENT_STALLED

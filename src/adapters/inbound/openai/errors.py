@@ -36,7 +36,7 @@ def problem(error: GatewayError, request_id: str) -> w.Problem:
     kind = error_type(error.status)
     if isinstance(error, RateLimited):  # OpenAI's code, and its type: which limit ran out
         code = "rate_limit_exceeded"
-        kind = "requests" if error.limit is LimitKind.REQUESTS_PER_MINUTE else "tokens"
+        kind = "tokens" if error.limit in (LimitKind.TOKENS_PER_MINUTE, LimitKind.TOKENS_PER_DAY) else "requests"
     info = w.ErrorInfo(message=error.message, type=kind, param=param, code=code)
     return w.Problem(
         type=PROBLEM_BASE + error.kind,
