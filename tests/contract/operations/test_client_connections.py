@@ -105,6 +105,21 @@ def test_a_hang_up_mid_stream_frees_the_slot_at_once_even_when_the_upstream_is_f
         assert _wait_for(lambda: _slots(client, gw) == 0, 10) < 2.0
 
 
+def test_a_stream_read_to_its_end_is_no_hang_up(procs: Processes) -> None:
+    """After the last byte the server reports a disconnect to whoever listens: that is not the
+    client leaving."""
+    stub = procs.stub("--tokens", "5")
+    gw = _gateway(procs, stub)
+    with httpx.Client(timeout=30) as client:
+        for path in PATHS.values():
+            answer = client.post(gw.url + path, json={"model": "plain", "max_tokens": 5, "stream": True,
+                                                      "messages": [{"role": "user", "content": "hi"}]})
+            assert answer.status_code == 200 and answer.text.rstrip().endswith(("[DONE]", '"message_stop"}'))
+    time.sleep(0.3)
+    access = [json.loads(line) for line in gw.text().splitlines() if line.startswith("{")]
+    assert [(r["client_gone"], r["error_kind"]) for r in access] == [(False, None), (False, None)]
+
+
 def test_a_plain_answer_nobody_reads_is_dropped_with_its_connection(procs: Processes) -> None:
     """A non-streamed answer's slot is free once the answer is made; what stays is the answer in
     the connection's buffers: the connection is aborted after the write timeout."""

@@ -49,7 +49,8 @@ DialectRouter = Callable[[EdgeContext], Router]
 
 # A route handler's `opt`: its requests count toward the consumer's requests_per_minute and
 # max_in_flight (every handler that reaches a model; not the model list or unknown paths).
-METERED = {"consumer_limits": True}
+_METERED = "consumer_limits"
+METERED = {_METERED: True}
 
 # Methods a dialect answers itself when a path does not take them (OPTIONS stays
 # Litestar's, for CORS preflights; HEAD is answered by Litestar's routing).
@@ -76,7 +77,7 @@ def _edge_guard(
             )
         if store is not None:
             identify(call, connection.scope["headers"], store)
-            if handler.opt.get("consumer_limits"):
+            if handler.opt.get(_METERED):
                 call.door = await service.admit(call.identity.consumer, call.record)
 
     return guard

@@ -169,16 +169,23 @@ class EdgeMiddleware:
         request_id = (b"x-request-id", call.request_id.encode())
         record = call.record
 
+        answered = False  # the last byte of the response was handed to the server
+
         async def send_with_id(message: Any) -> None:
-            if message["type"] == "http.response.start":
+            nonlocal answered
+            kind = message["type"]
+            if kind == "http.response.start":
                 call.started = True
                 record.status = message["status"]
                 message["headers"] = [*message.get("headers", ()), request_id]
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                answered = True
             await send(message)
 
         async def receive_noting_hang_up() -> Any:
             message = await receive()
-            if message["type"] == "http.disconnect":
+            # After the last byte the server reports every request as disconnected: not a hang-up.
+            if message["type"] == "http.disconnect" and not answered:
                 call.gone = True  # a stream stops at its next frame (`StreamBody`)
             return message
 

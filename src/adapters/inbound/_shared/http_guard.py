@@ -1,10 +1,12 @@
 """Bounds below the ASGI app that uvicorn's httptools protocol lacks: the request head, a stalled reader.
 
 Out of the box, uvicorn with httptools buffers request headers of any size (tried: 20 MB
-are accepted) and waits forever for a connection that never completes its headers, and
-it has no option for either. This subclass adds the two bounds and nothing else; it
-overrides only asyncio's protocol callbacks and httptools' parser callbacks, each calling
-uvicorn's own first, and reads only public attributes (`transport`, `loop`, `cycle`):
+are accepted), waits forever for a connection that never completes its headers, and
+waits forever to write to a client that stops reading, with no option for any of them.
+This subclass adds the three bounds and nothing else; it overrides only asyncio's
+protocol callbacks and httptools' parser callbacks, each calling uvicorn's own, and reads
+only public attributes (`transport`, `loop`, `cycle` and its `scope` and
+`response_complete`):
 
 - Head size: bytes received while the head is still incomplete are counted; past
   `max_bytes` the connection gets a plain-text 431 and is closed. A head that fits in
@@ -22,11 +24,12 @@ uvicorn's own first, and reads only public attributes (`transport`, `loop`, `cyc
   slot, forever: while writing is paused, the client must take in `PROGRESS` bytes (the
   buffer shrinks by that much) in every `write_timeout` seconds, or the connection is
   aborted. A slow client that reads a large answer steadily is not dropped; one that
-  trickles a few bytes to keep it open is. uvicorn then sees a lost connection and the app an `http.disconnect`, so the
-  request ends exactly as a hang-up does (the edge frees the slot and closes the
-  upstream response); the edge labels it `client_stalled` (`note_stalled`). A timeout
-  around the app's `send` could end the request but not the connection: ASGI has no
-  abort, and closing waits to flush a buffer the client never reads.
+  trickles a few bytes to keep it open is. uvicorn then sees a lost connection and the
+  app an `http.disconnect`, so the request ends exactly as a hang-up does (the edge frees
+  the slot and closes the upstream response); the edge labels it `client_stalled`
+  (`note_stalled`, on the request's scope). A timeout around the app's `send` could end
+  the request but not the connection: ASGI has no abort, and closing waits to flush a
+  buffer the client never reads.
 
 Requests that pass reach the app unchanged.
 """
