@@ -1,6 +1,7 @@
 """Cheap refusals first (issue 19), through real gateways: the key, then the consumer's request
 count and its in-flight slot are decided before the body is read; only token limits wait
-for the decoded body. `count_tokens` counts like any request.
+for the decoded body. `count_tokens` counts like any request, and so does every other path
+that reaches a model (`/v1/responses`, `/v1/completions`, `/v1/embeddings`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ from aiohttp import web
 from tests.contract.limits.test_consumer_limits import LIMITED_KEY, OTHER_KEY, USER, _auth, _keys, _metrics
 from tests.support.processes import Proc, Processes, free_port, upstream_toml
 
-PATHS = {"/v1": "/v1/chat/completions", "/llm": "/llm/v1/messages"}
+PATHS = {"/v1": "/v1/chat/completions", "/llm": "/llm/v1/messages", "responses": "/v1/responses",
+         "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
 COUNT = "/llm/v1/messages/count_tokens"
+_CHAT = {"model": "plain", "messages": USER, "max_tokens": 8}
+BODIES: dict[str, dict[str, object]] = {
+    "/v1/chat/completions": _CHAT, "/llm/v1/messages": _CHAT, COUNT: _CHAT,
+    "/v1/responses": {"model": "plain", "input": "hi", "max_output_tokens": 8},
+    "/v1/completions": {"model": "plain", "prompt": "hi", "max_tokens": 8},
+    "/v1/embeddings": {"model": "plain", "input": "hi"},
+}
 
 
 async def _post(c: httpx.AsyncClient, gw: Proc, path: str, key: str, content: bytes | None = None) -> httpx.Response:
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
-    body = content if content is not None else json.dumps({"model": "plain", "messages": USER, "max_tokens": 8})
+    body = content if content is not None else json.dumps(BODIES[path])
     return await c.post(gw.url + path, content=body, headers=headers)
 
 
@@ -48,7 +57,7 @@ async def test_a_rate_limited_keys_body_is_never_parsed(procs: Processes, tmp_pa
     path = PATHS[surface]
     async with httpx.AsyncClient(timeout=30) as c:
         assert (await _post(c, gw, path, LIMITED_KEY)).status_code == 200
-        garbage = b'{"model": "plain", "messages": [' + b"x" * 3_000_000
+        garbage = b'{"model": "plain", "input": [' + b"x" * 3_000_000
         _check_429(await _post(c, gw, path, LIMITED_KEY, garbage), path)
         # the same body from a key with quota is read and refused as what it is
         assert (await _post(c, gw, path, OTHER_KEY, garbage)).status_code == 400

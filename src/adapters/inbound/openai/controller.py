@@ -93,7 +93,7 @@ def text_completions_handler(service: CompletionService, limits: InputLimits) ->
         "/completions", status_code=200, summary="OpenAI text completion", operation_id="OpenAI_completion",
         dependencies=request_body(cw.CompletionRequest),
         responses=responses(cw.TextCompletion, wire.Problem, PROBLEM, REQUEST_ERRORS),
-        operation_class=operation_class(events=TEXT_EVENT),
+        operation_class=operation_class(events=TEXT_EVENT), opt=METERED,
     )
     async def completions(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
         call = call_of(request)
@@ -121,7 +121,7 @@ def embeddings_handler(service: EmbeddingService, limits: InputLimits) -> HTTPRo
         "/embeddings", status_code=200, summary="OpenAI embeddings", operation_id="OpenAI_embeddings",
         dependencies=request_body(cw.EmbeddingRequest),
         responses=responses(cw.EmbeddingList, wire.Problem, PROBLEM, REQUEST_ERRORS),
-        operation_class=operation_class(),
+        operation_class=operation_class(), opt=METERED,
     )
     async def embeddings(request: Request[Any, Any, Any]) -> Response[bytes]:
         call = call_of(request)
