@@ -3,7 +3,9 @@ answer is dropped after `client_write_timeout_seconds` (its slot freed, the upst
 aborted), and an idle keep-alive connection is closed after `keep_alive_timeout_seconds`.
 
 The stalled reader is a raw socket with a tiny receive buffer (set before connect, so the
-TCP window stays small) that sends one request and never reads.
+TCP window stays small) that sends one request and never reads. Every streaming path is
+covered: chat on both surfaces, the Responses API and text completions. The ops listener
+runs the same protocol with the same keep-alive.
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ WRITE_TIMEOUT = 1.5
 MARGIN = 6.0  # scheduling on a busy machine; without the bound the slot is never freed at all
 ADMISSION = {"sequence_slots": 2, "max_in_flight": 1, "queue_depth": 4, "queue_timeout_seconds": 60}
 PATHS = {"/v1": "/v1/chat/completions", "/llm": "/llm/v1/messages"}
+STREAMS = {**PATHS, "responses": "/v1/responses", "completions": "/v1/completions"}
+
+
+def _body(path: str, stream: bool, max_tokens: int) -> dict[str, object]:
+    if path == "/v1/responses":
+        return {"model": "plain", "max_output_tokens": max_tokens, "stream": stream, "input": "hi"}
+    if path == "/v1/completions":
+        return {"model": "plain", "max_tokens": max_tokens, "stream": stream, "prompt": "hi"}
+    return {"model": "plain", "max_tokens": max_tokens, "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}]}
 
 
 def _gateway(procs: Processes, stub: Proc, extra: str = "") -> Proc:
@@ -30,8 +42,7 @@ def _gateway(procs: Processes, stub: Proc, extra: str = "") -> Proc:
 
 
 def _request(path: str, stream: bool, max_tokens: int) -> bytes:
-    body = json.dumps({"model": "plain", "max_tokens": max_tokens, "stream": stream,
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    body = json.dumps(_body(path, stream, max_tokens)).encode()
     return (f"POST {path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
@@ -46,7 +57,7 @@ def _stalled_reader(port: int, request: bytes) -> socket.socket:
 
 
 def _slots(client: httpx.Client, gw: Proc) -> float:
-    text = client.get(gw.url + "/metrics").text
+    text = client.get(gw.ops_url + "/metrics").text
     return sum(v for name, labels, v in samples(text)
                if name == "gateway_upstream_slots_in_use" and labels.get("upstream") == "plain")
 
@@ -61,13 +72,13 @@ def _wait_for(check: object, timeout: float) -> float:
     pytest.fail(f"not within {timeout}s")
 
 
-@pytest.mark.parametrize("surface", sorted(PATHS))
+@pytest.mark.parametrize("surface", sorted(STREAMS))
 def test_a_stream_reader_that_stops_reading_loses_its_slot(procs: Processes, tmp_path: Path, surface: str) -> None:
     log = tmp_path / "stub.log"
     # 200,000 tokens at 0.5 ms each: far more than the socket buffers hold, and longer than the test
     stub = procs.stub("--tokens", "200000", "--chunk-delay", "0.0005", log=log)
     gw = _gateway(procs, stub)
-    path = PATHS[surface]
+    path = STREAMS[surface]
     with httpx.Client(timeout=30) as client:
         stalled = _stalled_reader(gw.port, _request(path, True, 200_000))
         try:
@@ -75,8 +86,7 @@ def test_a_stream_reader_that_stops_reading_loses_its_slot(procs: Processes, tmp
             freed = _wait_for(lambda: _slots(client, gw) == 0, WRITE_TIMEOUT + MARGIN)
             assert freed >= WRITE_TIMEOUT - 0.5  # dropped for stalling, not for something else earlier
             # the one slot is free again: another request is admitted and answered
-            answer = client.post(gw.url + path, json={"model": "plain", "max_tokens": 4,
-                                                      "messages": [{"role": "user", "content": "hi"}]})
+            answer = client.post(gw.url + path, json=_body(path, False, 4))
             assert answer.status_code == 200
         finally:
             stalled.close()
@@ -159,16 +169,18 @@ def _content_length(head: bytes) -> int:
     return next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
 
 
-def test_idle_keep_alive_connections_are_closed_after_keep_alive_timeout(procs: Processes) -> None:
+@pytest.mark.parametrize("listener", ["public", "ops"])
+def test_idle_keep_alive_connections_are_closed_after_keep_alive_timeout(procs: Processes, listener: str) -> None:
     stub = procs.stub("--tokens", "2")
     gw = _gateway(procs, stub, "keep_alive_timeout_seconds = 2")
-    models = b"GET /v1/models HTTP/1.1\r\nHost: gateway\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+    port, path = (gw.port, "/v1/models") if listener == "public" else (int(gw.ops_url.rsplit(":", 1)[1]), "/healthz")
+    request = f"GET {path} HTTP/1.1\r\nHost: gateway\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.settimeout(10)
-        sock.sendall(models)
+        sock.sendall(request)
         assert _answer(sock).startswith(b"HTTP/1.1 200")
         time.sleep(1.0)
-        sock.sendall(models)  # still open after 1 s idle: the connection is reused
+        sock.sendall(request)  # still open after 1 s idle: the connection is reused
         assert _answer(sock).startswith(b"HTTP/1.1 200")
         idle_from = time.monotonic()
         assert sock.recv(1 << 16) == b""  # then closed by the gateway
