@@ -13,11 +13,14 @@ import asyncio
 
 import pytest
 from tests.unit.application.test_chat_service import CHUNKS, FakeGate, FakeUpstream
+from tests.unit.application.test_completion_services import ROUTER, FakeClient
 
 from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
+from application.completions import CompletionService, EmbeddingService
 from application.consumer_limits import ConsumerLimits
 from domain.canonical import ChatRequest, Finish, Message, StreamChunk, TextDelta, TextPart, UsageReport
+from domain.completions import CompletionRequest, EmbeddingRequest
 from domain.consumers import ANONYMOUS, Consumer, LimitKind, RateSnapshot, RateState
 from domain.consumers import ConsumerLimits as Limits
 from domain.errors import QueueFull, RateLimited, UpstreamError, UpstreamUnavailable
@@ -206,3 +209,27 @@ async def test_refused_by_the_gate_or_failed_upstream_settles_nothing_or_the_pro
         await service(FakeGate(free=1), FakeUpstream(fail=UpstreamUnavailable("down")), usage, slots).complete(
             chat(), consumer=LIMITED)
     assert usage.reservations[2].settled == [0]  # never reached: nothing charged
+
+
+async def test_text_completions_and_embeddings_reserve_only_tokens_once_decoded() -> None:
+    """The door (request count, consumer slot) is the edge's, before the body; the text-completion
+    and embedding use cases, like chat, reserve the token estimate and settle it, nothing else."""
+    usage, slots, gate = FakeUsage(), FakeConcurrency(), FakeGate(free=2)
+    limits = ConsumerLimits(usage, slots, 7.0, 5)
+    text = CompletionService(ROUTER, {"up": FakeClient()}, gate, SystemClock(), consumers=limits)
+    embed = EmbeddingService(ROUTER, {"up": FakeClient()}, gate, SystemClock(), consumers=limits)
+    seen = record()
+    await text.complete(CompletionRequest(model="m", prompt=["a b c d"], max_tokens=4), seen, LIMITED)
+    await embed.embed(EmbeddingRequest(model="m", inputs=["a b c"]), consumer=LIMITED)
+    assert (usage.requests, slots.waits, gate.in_use) == (0, [], 0)  # no request count, no slot here
+    assert [r.settled for r in usage.reservations] == [[3 + 2], [3]]  # the reported usage
+    assert seen.rate == SNAPSHOT
+    refusing = FakeUsage(refuse=LimitKind.TOKENS_PER_MINUTE)
+    limits = ConsumerLimits(refusing, slots, 7.0, 5)
+    for call in (CompletionService(ROUTER, {"up": FakeClient()}, gate, SystemClock(), consumers=limits).complete(
+                     CompletionRequest(model="m", prompt=["x"]), consumer=LIMITED),
+                 EmbeddingService(ROUTER, {"up": FakeClient()}, gate, SystemClock(), consumers=limits).embed(
+                     EmbeddingRequest(model="m", inputs=["x"]), consumer=LIMITED)):
+        with pytest.raises(RateLimited):
+            await call
+    assert gate.consumers == [LIMITED, LIMITED]  # the refused ones never entered the gate
