@@ -44,7 +44,7 @@ from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
-from application.consumer_limits import ConsumerLimits
+from application.consumer_limits import DEFAULT_WAIT_SECONDS, ConsumerLimits
 from config import Config, ConfigError, dump_config, load_config, parse_listen, parse_ops_listen
 from domain.admission import AdmissionPolicy
 from domain.routing import ModelRouter
@@ -229,9 +229,11 @@ def _consumer_concurrency(config: Config) -> ConsumerConcurrency | None:
 def _consumer_limits(
     config: Config, usage: UsageLedger | None, concurrency: ConsumerConcurrency | None
 ) -> ConsumerLimits:
-    """A consumer waits for its own slot at most as long as its upstream's queue would let it."""
-    waits = {name: u.admission.queue_timeout_seconds for name, u in config.upstreams.items() if u.admission}
-    return ConsumerLimits(usage, concurrency, waits)
+    """A consumer waits for its own slot (before its body is read, so before its upstream is known)
+    at most as long as the longest upstream queue would let it wait."""
+    waits = [u.admission.queue_timeout_seconds for u in config.upstreams.values() if u.admission]
+    return ConsumerLimits(usage, concurrency, max(waits, default=DEFAULT_WAIT_SECONDS),
+                          config.auth.max_waiting_per_consumer)
 
 
 def _check_keys_file(config: Config) -> None:
@@ -367,7 +369,9 @@ def _serve(args: argparse.Namespace) -> int:
     server = config.server
     grace = server.drain_grace_seconds
     # The server's protocol bounds the request head below the app (SECURITY.md).
-    protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds)
+    protocol = guarded_protocol(2 * server.max_header_bytes, server.header_timeout_seconds,
+                                server.client_write_timeout_seconds)
+    limit, keep_alive = server.limit_concurrency, server.keep_alive_timeout_seconds
 
     def build() -> tuple[Litestar, Any, Litestar]:
         app = build_app(config)
@@ -379,10 +383,10 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         if server.workers > 1:
             return serving.run_workers(server.workers, host, port, grace, build, http_protocol=protocol,
-                                       limit_concurrency=server.limit_concurrency, ops_socket=ops_socket)
+                                       limit_concurrency=limit, keep_alive=keep_alive, ops_socket=ops_socket)
         app, drain, ops = build()
-        serving.run(app, host, port, drain, grace, http_protocol=protocol, limit_concurrency=server.limit_concurrency,
-                    ops=serving.Ops(ops, ops_socket))
+        serving.run(app, host, port, drain, grace, http_protocol=protocol, limit_concurrency=limit,
+                    keep_alive=keep_alive, ops=serving.Ops(ops, ops_socket))
     finally:
         ops_socket.close()
         if metrics_dir is not None:

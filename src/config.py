@@ -20,6 +20,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from domain.ejection import EjectionPolicy
 from domain.routing import find_alias_clash
+from redaction import masked_url, redacted
 
 PositiveFloat = Annotated[float, Meta(gt=0)]
 PositiveInt = Annotated[int, Meta(gt=0)]
@@ -65,6 +66,10 @@ class ServerConfig(Section):
     queue_events: bool = True
     cors_allowed_origins: list[str] = msgspec.field(default_factory=list)
     access_log: bool = True
+    # The client connection (docs/operations.md, "Client connections"): a response write that
+    # cannot complete this long drops the client like a hang-up; idle time between requests.
+    client_write_timeout_seconds: PositiveFloat = 30.0
+    keep_alive_timeout_seconds: PositiveInt = 75
 
 
 class AdmissionTable(Section):
@@ -164,6 +169,9 @@ class AuthConfig(Section):
     keys_file: str | None = None  # required with mode = "required"
     # How often the keys file is checked for changes: also the revocation delay.
     reload_interval_seconds: PositiveFloat = 5.0
+    # Requests of one consumer waiting for one of its `max_in_flight` slots (per process);
+    # one more is a 429.
+    max_waiting_per_consumer: NonNegativeInt = 64
 
 
 class Config(Section):
@@ -218,7 +226,7 @@ def _check(config: Config) -> None:
         key = f"upstreams.{name}"
         parts = urlsplit(upstream.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{key}.url must be an http(s) URL, got '{upstream.url}'")
+            raise ConfigError(f"{key}.url must be an http(s) URL, got '{masked_url(upstream.url)}'")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         address = (parts.scheme, parts.hostname.lower(), port)
         if address in seen_addresses:
@@ -423,5 +431,7 @@ def load_config(path: str | Path) -> Config:
 
 
 def dump_config(config: Config) -> str:
-    """The effective configuration (defaults filled in) as JSON, for check-config."""
-    return msgspec.json.format(msgspec.json.encode(config).decode(), indent=2)
+    """The effective configuration (defaults filled in) as JSON, for check-config; passwords in
+    URLs and keys named like secrets are masked (`redaction`)."""
+    shown = redacted(msgspec.to_builtins(config))
+    return msgspec.json.format(msgspec.json.encode(shown).decode(), indent=2)

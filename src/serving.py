@@ -38,8 +38,6 @@ import uvicorn
 
 log = logging.getLogger("gateway")
 
-KEEP_ALIVE_SECONDS = 75  # idle time between requests before uvicorn closes a client connection
-
 
 class Lifecycle:
     """Readiness, shared by the operations endpoints and the drain."""
@@ -131,13 +129,14 @@ def make_drain(
 
 
 def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float, http_protocol: type[asyncio.Protocol],
-                    limit_concurrency: int) -> uvicorn.Config:
+                    limit_concurrency: int, keep_alive: int) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=host, port=port, loop="uvloop", lifespan="on",
         http=http_protocol,  # httptools with the request-head bounds (adapters.inbound._shared.http_guard)
         # A backstop: admission is the real limit; past this uvicorn answers a plain-text 503.
         limit_concurrency=limit_concurrency,
-        access_log=False, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        # Idle time between requests before a client connection is closed (keep_alive_timeout_seconds).
+        access_log=False, log_level="warning", timeout_keep_alive=keep_alive,
         server_header=False, date_header=False,
         proxy_headers=False,  # nothing reads the client address; skips a middleware per request
         # After the drain, connections still open (uncapped work) get the rest of the grace.
@@ -145,24 +144,25 @@ def _uvicorn_config(app: Any, host: str, port: int, grace_seconds: float, http_p
     )
 
 
-def _ops_config(app: Any, http_protocol: type[asyncio.Protocol]) -> uvicorn.Config:
+def _ops_config(app: Any, http_protocol: type[asyncio.Protocol], keep_alive: int) -> uvicorn.Config:
     return uvicorn.Config(
         app, loop="uvloop", lifespan="off",  # the main app's lifespan starts and stops what both read
         http=http_protocol, limit_concurrency=64, access_log=False, log_level="warning",
-        timeout_keep_alive=KEEP_ALIVE_SECONDS, server_header=False, date_header=False, proxy_headers=False,
+        timeout_keep_alive=keep_alive, server_header=False, date_header=False, proxy_headers=False,
         timeout_graceful_shutdown=1,
     )
 
 
 def _serve(server: DrainingServer, sockets: list[socket.socket] | None, ops: Ops | None,
-           http_protocol: type[asyncio.Protocol]) -> None:
-    """The main server (and the ops one beside it) in one event loop, until drained."""
+           http_protocol: type[asyncio.Protocol], keep_alive: int) -> None:
+    """The main server (and the ops one beside it, with the same protocol bounds and
+    keep-alive) in one event loop, until drained."""
 
     async def both() -> None:
         if ops is None:
             await server.serve(sockets=sockets)
             return
-        ops_server = OpsServer(_ops_config(ops.app, http_protocol))
+        ops_server = OpsServer(_ops_config(ops.app, http_protocol, keep_alive))
         ops_task = asyncio.create_task(ops_server.serve(sockets=[ops.sock]), name="ops-listener")
         try:
             await server.serve(sockets=sockets)
@@ -176,18 +176,19 @@ def _serve(server: DrainingServer, sockets: list[socket.socket] | None, ops: Ops
 
 def run(
     app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float, *,
-    http_protocol: type[asyncio.Protocol], limit_concurrency: int, ops: Ops | None = None,
+    http_protocol: type[asyncio.Protocol], limit_concurrency: int, keep_alive: int, ops: Ops | None = None,
 ) -> None:
     """One process: serve until drained."""
-    config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency)
+    config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency, keep_alive)
     log.info("gateway listening on http://%s:%d", host, port)
-    _serve(DrainingServer(config, drain), None, ops, http_protocol)
+    _serve(DrainingServer(config, drain), None, ops, http_protocol, keep_alive)
 
 
 def run_workers(
     workers: int, host: str, port: int, grace_seconds: float,
     build: Callable[[], tuple[Any, Callable[[], Awaitable[None]], Any]], *,
-    http_protocol: type[asyncio.Protocol], limit_concurrency: int, ops_socket: socket.socket | None = None,
+    http_protocol: type[asyncio.Protocol], limit_concurrency: int, keep_alive: int,
+    ops_socket: socket.socket | None = None,
 ) -> int:
     """Several processes on one listening socket (only with a shared admission ledger).
 
@@ -221,9 +222,9 @@ def run_workers(
             code = 0
             try:
                 app, drain, ops_app = build()
-                config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency)
+                config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency, keep_alive)
                 ops = None if ops_socket is None else Ops(ops_app, ops_socket)
-                _serve(DrainingServer(config, drain), [sock], ops, http_protocol)
+                _serve(DrainingServer(config, drain), [sock], ops, http_protocol, keep_alive)
             except BaseException:
                 log.exception("worker failed")
                 code = 1

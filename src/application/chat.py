@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
-from application.consumer_limits import ConsumerLimits
+from application.consumer_limits import ConsumerLimits, Door
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, unless_lost
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
@@ -52,6 +52,11 @@ class ChatService:
     def models(self) -> list[str]:
         return self._router.models()
 
+    async def admit(self, consumer: Consumer, record: RequestRecord | None = None) -> Door:
+        """A consumer's request count and in-flight slot, before its body is read (the edge
+        calls it for every request that reaches a model); release the `Door` at the end."""
+        return await self._consumers.admit(consumer, record)
+
     def upstream_for(self, model: str) -> str:
         """The upstream key serving `model`; raises `ModelNotFound`."""
         return self._router.upstream_for(model)
@@ -60,7 +65,7 @@ class ChatService:
         self, request: ChatRequest, record: RequestRecord | None = None, consumer: Consumer = ANONYMOUS
     ) -> ChatResponse:
         upstream, request = route(self._router, request, record)
-        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+        async with self._consumers.turn(consumer, request, record) as turn:
             lease = await self._slots.admit_quietly(upstream, record, consumer)
             turn.reached_upstream = True
             try:
@@ -87,7 +92,7 @@ class ChatService:
         """
         upstream, request = route(self._router, request, record)
         slots = self._slots
-        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+        async with self._consumers.turn(consumer, request, record) as turn:
             span, started = slots.start()
             entry = await slots.enter(upstream, span, consumer)
             if entry.queued:

@@ -41,7 +41,7 @@ class CompletionService:
     async def complete(self, request: CompletionRequest, record: RequestRecord | None = None,
                        consumer: Consumer = ANONYMOUS) -> Completion:
         upstream, request = route(self._router, request, record)
-        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+        async with self._consumers.turn(consumer, request, record) as turn:
             lease = await self._slots.admit_quietly(upstream, record, consumer)
             turn.reached_upstream = True
             try:
@@ -60,7 +60,7 @@ class CompletionService:
         """The answer's chunk batches; failures before the first are raised (no byte was sent).
         An upstream that reports no usage gets an estimated `UsageReport` as the last batch."""
         upstream, request = route(self._router, request, record)
-        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+        async with self._consumers.turn(consumer, request, record) as turn:
             lease = await self._slots.admit_quietly(upstream, record, consumer)
             lost, meter = lease.lost, turn.meter
             turn.reached_upstream = True
@@ -93,7 +93,7 @@ class EmbeddingService:
     async def embed(self, request: EmbeddingRequest, record: RequestRecord | None = None,
                     consumer: Consumer = ANONYMOUS) -> Embeddings:
         upstream, request = route(self._router, request, record)
-        async with self._consumers.turn(consumer, request, upstream, record) as turn:
+        async with self._consumers.turn(consumer, request, record) as turn:
             lease = await self._slots.admit_quietly(upstream, record, consumer)
             turn.reached_upstream = True
             try:

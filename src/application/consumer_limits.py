@@ -1,32 +1,56 @@
-"""A consumer's limits around one request: reserve (or 429), take a consumer slot, settle.
+"""A consumer's limits around one request: the cheap ones at the door, tokens once decoded.
 
-Order, for every dialect: authentication happened at the edge; here the request first
-reserves one request and its token estimate (`RateLimited`, 429, never takes a queue
-place or a slot), then takes one of its consumer's `max_in_flight` slots (waiting, like
-a queued request, not refused), and only then enters its upstream's admission gate. At
-the end the reservation is replaced by what was used: the upstream's usage, or the
-`UsageMeter` estimate for an upstream that reports none, or for a request cut short by
-a hang-up or an upstream error (what was produced; nothing when it never reached the
-upstream).
+Order, for every dialect (the edge runs the first steps before the body is read, so a
+refusal costs no body and no decode):
+1. authentication (the edge guard);
+2. `admit`: one request of the consumer's `requests_per_minute` (`RateLimited`, 429),
+   then one of its `max_in_flight` slots, waited for like a queue place (beyond
+   `max_waiting` waiters a 429, at the wait's end a 503 `queue-timeout`); the returned
+   `Door` holds the slot until the request ends, stream included;
+3. the body is read and decoded (4xx), the model routed;
+4. `turn`: the request's token estimate is reserved in every token limit (429, taking no
+   queue place and no slot), then the request enters its upstream's admission gate. At
+   the end the reservation is replaced by what was used: the upstream's usage, or the
+   `UsageMeter` estimate for an upstream that reports none, or for a request cut short by
+   a hang-up or an upstream error (what was produced; nothing when it never reached the
+   upstream).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from domain.canonical import Usage
-from domain.consumers import ANONYMOUS, Consumer
+from domain.consumers import ANONYMOUS, EMPTY_SNAPSHOT, Consumer
 from domain.errors import RateLimited, UpstreamUnavailable
 from domain.records import RequestRecord
 from domain.usage_estimate import Estimable, UsageMeter, prompt_tokens, reservation_tokens
 from ports.consumers import ConsumerConcurrency, ConsumerSlot, Reservation, UsageLedger
 
-DEFAULT_WAIT_SECONDS = 30.0  # a consumer slot's wait on an upstream without a queue timeout
+DEFAULT_WAIT_SECONDS = 30.0  # a consumer slot's wait when no upstream has a queue timeout
+DEFAULT_MAX_WAITING = 64  # `[auth] max_waiting_per_consumer`
+
+
+class Door:
+    """What a request took at the door: its consumer slot, if any; `release` is idempotent."""
+
+    __slots__ = ("_slot",)
+
+    def __init__(self, slot: ConsumerSlot | None = None) -> None:
+        self._slot = slot
+
+    async def release(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            await slot.release()
+
+
+OPEN_DOOR = Door()  # nothing taken: anonymous, unlimited, or no slot needed
 
 
 class Turn:
-    """One request's share of its consumer's limits, while it runs."""
+    """One request's share of its consumer's token limits, while it runs."""
 
     __slots__ = ("meter", "reached_upstream", "reservation")
 
@@ -39,49 +63,70 @@ class Turn:
         return self.meter.usage()
 
 
+def _note_refusal(record: RequestRecord | None, refused: RateLimited) -> None:
+    if record is not None:
+        record.rate, record.rate_limit = refused.snapshot, refused.limit.value
+
+
 class ConsumerLimits:
     """Applies consumer limits; with no ledger (or the anonymous consumer) it costs nothing."""
 
-    __slots__ = ("_concurrency", "_usage", "_waits")
+    __slots__ = ("_concurrency", "_max_waiting", "_usage", "_wait")
 
     def __init__(
         self,
         usage: UsageLedger | None = None,
         concurrency: ConsumerConcurrency | None = None,
-        waits: Mapping[str, float] | None = None,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS,
+        max_waiting: int = DEFAULT_MAX_WAITING,
     ) -> None:
         self._usage = usage
         self._concurrency = concurrency
-        self._waits = dict(waits or {})
+        self._wait = wait_seconds
+        self._max_waiting = max_waiting
+
+    async def admit(self, consumer: Consumer, record: RequestRecord | None = None) -> Door:
+        """Steps 2 (module doc): the request count, then the consumer slot; raises `RateLimited`
+        (429) or `QueueTimeout` (503). Nothing here needs the request's body."""
+        if consumer is ANONYMOUS or consumer.limits.unlimited:
+            return OPEN_DOOR
+        snapshot = EMPTY_SNAPSHOT
+        if self._usage is not None:
+            try:
+                snapshot = await self._usage.take_request(consumer)
+            except RateLimited as refused:
+                _note_refusal(record, refused)
+                raise
+            if record is not None and snapshot is not EMPTY_SNAPSHOT:
+                record.rate = snapshot
+        if consumer.limits.max_in_flight is None or self._concurrency is None:
+            return OPEN_DOOR
+        try:
+            slot = await self._concurrency.acquire(consumer, self._wait, self._max_waiting)
+        except RateLimited as refused:  # its own concurrency is exhausted, not the pool
+            busy = RateLimited(refused.limit, refused.retry_after or 1, snapshot, refused.message)
+            _note_refusal(record, busy)
+            raise busy from None
+        return Door(slot)
 
     @asynccontextmanager
-    async def turn(
-        self, consumer: Consumer, request: Estimable, upstream: str, record: RequestRecord | None
-    ) -> AsyncIterator[Turn]:
+    async def turn(self, consumer: Consumer, request: Estimable, record: RequestRecord | None) -> AsyncIterator[Turn]:
+        """Step 4 (module doc): the token reservation around the request's upstream call."""
         turn = Turn(request)
-        if consumer is ANONYMOUS or consumer.limits.unlimited or self._usage is None:
+        if consumer is ANONYMOUS or not consumer.limits.token_limited or self._usage is None:
             yield turn
             return
         try:
-            reservation = turn.reservation = await self._usage.reserve(consumer, reservation_tokens(request))
+            reservation = turn.reservation = await self._usage.reserve_tokens(consumer, reservation_tokens(request))
         except RateLimited as refused:
-            if record is not None:
-                record.rate, record.rate_limit = refused.snapshot, refused.limit.value
+            _note_refusal(record, refused)
             raise
         if record is not None:
             record.rate = reservation.snapshot
-        slot: ConsumerSlot | None = None
         try:
-            if consumer.limits.max_in_flight is not None and self._concurrency is not None:
-                wait = self._waits.get(upstream, DEFAULT_WAIT_SECONDS)
-                slot = await self._concurrency.acquire(consumer, wait)
             yield turn
         except UpstreamUnavailable:
             turn.reached_upstream = False  # refused or unreachable: the prompt never got there
             raise
         finally:
-            try:
-                if slot is not None:
-                    await slot.release()
-            finally:
-                await reservation.settle(turn.meter.total if turn.reached_upstream else 0)
+            await reservation.settle(turn.meter.total if turn.reached_upstream else 0)

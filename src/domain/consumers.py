@@ -37,6 +37,11 @@ class ConsumerLimits(msgspec.Struct, frozen=True, kw_only=True):
         return (self.requests_per_minute, self.tokens_per_minute, self.tokens_per_day) != (None, None, None)
 
     @property
+    def token_limited(self) -> bool:
+        """Whether a token limit applies (decided once the body is decoded)."""
+        return self.tokens_per_minute is not None or self.tokens_per_day is not None
+
+    @property
     def unlimited(self) -> bool:
         return not self.rate_limited and self.max_in_flight is None
 
@@ -85,6 +90,8 @@ class LimitKind(enum.Enum):
     REQUESTS_PER_MINUTE = "requests_per_minute"
     TOKENS_PER_MINUTE = "tokens_per_minute"
     TOKENS_PER_DAY = "tokens_per_day"
+    # `max_in_flight` taken, and `[auth] max_waiting_per_consumer` requests already waiting
+    MAX_IN_FLIGHT = "max_in_flight"
 
 
 class RateState(msgspec.Struct, frozen=True, kw_only=True):

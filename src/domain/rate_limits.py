@@ -10,10 +10,12 @@ same levels: time in milliseconds, a bucket level in units of 1/SCALE token, so 
 of L per minute gains exactly L units per millisecond. Exact in a double while
 L * SCALE < 2**53, i.e. for limits below 1.5e11 per minute.
 
-Decisions (the contract of both usage ledgers):
-- a request is admitted only if EVERY limit admits it; it then takes 1 request and
-  reserves its `tokens` estimate, all or nothing;
-- requests: admitted when the bucket holds >= 1;
+Decisions (the contract of both usage ledgers). A request is decided in two steps, since
+its size is known only once its body is read and decoded:
+- `take_request`, before the body is read: admitted when the request bucket holds >= 1,
+  and then charged one request (for good: a request refused later still counted);
+- `reserve_tokens`, after decoding: admitted only if every token limit admits the
+  estimate `tokens`; it then reserves it in all of them, or (refused) in none;
 - tokens per minute: admitted when the bucket holds >= min(tokens, L) (a request larger
   than the whole limit still runs from a full bucket); the reservation subtracts all of
   `tokens`, so the level may go negative: concurrent requests together exceed the limit
@@ -100,48 +102,59 @@ class ConsumerUsage:
         if self.day != today:
             self.day, self.used = today, 0
 
-    def refusal(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Refusal | None:
-        """Why a request of `tokens` is not admitted now (after `advance`), or None."""
-        worst: Refusal | None = None
-        rpm, tpm, tpd = effective_limits(limits)
-        waits: list[tuple[LimitKind, int]] = []
+    def request_refusal(self, limits: ConsumerLimits, now_ms: int) -> Refusal | None:
+        """Why one more request is not admitted now (after `advance`), or None."""
+        rpm = _limit(limits.requests_per_minute)
         if rpm is not None and self.requests is not None and self.requests < SCALE:
-            waits.append((LimitKind.REQUESTS_PER_MINUTE, _wait_ms(self.requests, SCALE, rpm)))
+            return Refusal(limit=LimitKind.REQUESTS_PER_MINUTE, wait_ms=_wait_ms(self.requests, SCALE, rpm))
+        return None
+
+    def token_refusal(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Refusal | None:
+        """Why a reservation of `tokens` is not admitted now (after `advance`), or None: the
+        violated limit that takes longest to admit it."""
+        _, tpm, tpd = effective_limits(limits)
+        waits: list[tuple[LimitKind, int]] = []
         if tpm is not None and self.tokens is not None:
             need = min(tokens, tpm) * SCALE
             if self.tokens < need:
                 waits.append((LimitKind.TOKENS_PER_MINUTE, _wait_ms(self.tokens, need, tpm)))
         if tpd is not None and self.used + min(tokens, tpd) > tpd:
             waits.append((LimitKind.TOKENS_PER_DAY, DAY_MS - now_ms % DAY_MS))
+        worst: Refusal | None = None
         for kind, wait in waits:
             if worst is None or wait > worst.wait_ms:
                 worst = Refusal(limit=kind, wait_ms=wait)
         return worst
 
-    def take(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Receipt:
-        """Charge an admitted request (after `advance` and no `refusal`)."""
+    def receipt(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Receipt:
+        """The receipt of a reservation of `tokens` just charged to this state."""
+        return Receipt(tokens=tokens, bucket=self.tokens is not None and limits.tokens_per_minute is not None,
+                       day=-1 if limits.tokens_per_day is None else self.day,
+                       snapshot=self.snapshot(limits, now_ms))
+
+    def take_request(self, limits: ConsumerLimits, now: float) -> RateSnapshot:
+        """Charge one request, or raise `RateLimited`; the snapshot after it."""
+        now_ms = to_ms(now)
+        self.advance(limits, now_ms)
+        refused = self.request_refusal(limits, now_ms)
+        if refused is not None:
+            raise RateLimited(refused.limit, refused.retry_after, self.snapshot(limits, now_ms))
         if self.requests is not None and limits.requests_per_minute is not None:
             self.requests -= SCALE
+        return self.snapshot(limits, now_ms)
+
+    def reserve_tokens(self, limits: ConsumerLimits, tokens: int, now: float) -> Receipt:
+        """Reserve a request's `tokens` estimate in every token limit, or raise `RateLimited`."""
+        now_ms, tokens = to_ms(now), max(0, tokens)
+        self.advance(limits, now_ms)
+        refused = self.token_refusal(limits, tokens, now_ms)
+        if refused is not None:
+            raise RateLimited(refused.limit, refused.retry_after, self.snapshot(limits, now_ms))
         if self.tokens is not None and limits.tokens_per_minute is not None:
             self.tokens -= tokens * SCALE
         if limits.tokens_per_day is not None:
             self.used += tokens
         return self.receipt(limits, tokens, now_ms)
-
-    def receipt(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Receipt:
-        """The receipt of a request of `tokens` just charged to this state."""
-        return Receipt(tokens=tokens, bucket=self.tokens is not None and limits.tokens_per_minute is not None,
-                       day=-1 if limits.tokens_per_day is None else self.day,
-                       snapshot=self.snapshot(limits, now_ms))
-
-    def reserve(self, limits: ConsumerLimits, tokens: int, now: float) -> Receipt:
-        """Admit and charge a request of `tokens` (estimate), or raise `RateLimited`."""
-        now_ms, tokens = to_ms(now), max(0, tokens)
-        self.advance(limits, now_ms)
-        refused = self.refusal(limits, tokens, now_ms)
-        if refused is not None:
-            raise RateLimited(refused.limit, refused.retry_after, self.snapshot(limits, now_ms))
-        return self.take(limits, tokens, now_ms)
 
     def settle(self, limits: ConsumerLimits, receipt: Receipt, actual: int, now: float) -> None:
         """Replace the reservation by `actual` tokens: refund or extra charge."""

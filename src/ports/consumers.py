@@ -22,7 +22,8 @@ class CredentialStore(Protocol):
 
 
 class Reservation(Protocol):
-    """What a request reserved at admission; `settle` replaces it with what was used."""
+    """A request's token estimate, reserved once its body is decoded; `settle` replaces it
+    with what was used."""
 
     snapshot: RateSnapshot  # the consumer's limits after this reservation (response headers)
 
@@ -34,14 +35,19 @@ class Reservation(Protocol):
 class UsageLedger(Protocol):
     """Request and token counters per consumer: one process (memory) or shared (Redis).
 
-    `reserve` checks every limit of the consumer and reserves in one atomic step: one
-    request and `tokens` tokens, or nothing. Over a limit it raises `RateLimited`
-    (with Retry-After: when the request would fit); when a shared backend cannot be
-    reached it raises `AdmissionUnavailable` for a limited consumer (fail closed), while
-    an unlimited consumer always passes without touching the backend.
+    A request is decided in two atomic steps (`domain.rate_limits`): `take_request` before
+    its body is read (one request of `requests_per_minute`), `reserve_tokens` once it is
+    decoded (its estimate in every token limit, or in none). Over a limit each raises
+    `RateLimited` (with Retry-After: when the request would fit); when a shared backend
+    cannot be reached it raises `AdmissionUnavailable` (fail closed). A consumer without
+    the limits a step checks passes it without touching the backend.
     """
 
-    async def reserve(self, consumer: Consumer, tokens: int) -> Reservation: ...
+    async def take_request(self, consumer: Consumer) -> RateSnapshot:
+        """Charge one request; the consumer's limits after it (EMPTY_SNAPSHOT: no request limit)."""
+        ...
+
+    async def reserve_tokens(self, consumer: Consumer, tokens: int) -> Reservation: ...
 
     async def start(self) -> None: ...
 
@@ -57,9 +63,11 @@ class ConsumerSlot(Protocol):
 class ConsumerConcurrency(Protocol):
     """`max_in_flight` per consumer, across every upstream (and every process, on Redis)."""
 
-    async def acquire(self, consumer: Consumer, timeout: float) -> ConsumerSlot:
+    async def acquire(self, consumer: Consumer, timeout: float, max_waiting: int) -> ConsumerSlot:
         """Wait up to `timeout` seconds for one of the consumer's slots (immediately when it
-        has no `max_in_flight`). Raises `QueueTimeout` when the wait runs out; cancelling the
+        has no `max_in_flight`). Raises `QueueTimeout` when the wait runs out, and
+        `RateLimited` (`LimitKind.MAX_IN_FLIGHT`) at once when it would wait while
+        `max_waiting` of the consumer's requests already do (in this process); cancelling the
         wait leaves no trace (a slot granted in that same instant is given back)."""
         ...
 

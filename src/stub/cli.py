@@ -19,7 +19,8 @@ FAULT_HELP = (
     "reset-mid-stream (part of the answer, then a reset), stall-before-headers (no answer until "
     "the client leaves), stall-mid-stream (part of the answer, then silence), malformed-sse "
     "(a non-JSON data: frame mid-stream; non-stream: a non-JSON body), http-4xx (400 in vLLM's "
-    "error shape: context length exceeded), http-5xx (500 in vLLM's shape), truncated (the stream "
+    "error shape: context length exceeded), http-5xx (500 in vLLM's shape), http-5xx-html (502 with an "
+    "ingress's HTML page naming an internal address), truncated (the stream "
     "ends without finish_reason and [DONE]; non-stream: no finish_reason), or random (one of "
     "these per faulty request)"
 )

@@ -20,7 +20,7 @@ import httptools
 
 from stub.schema import error_body
 
-_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 500: b"Internal Server Error"}
+_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 500: b"Internal Server Error", 502: b"Bad Gateway"}
 STREAM_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
     b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"

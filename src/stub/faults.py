@@ -11,6 +11,8 @@ Each kind imitates a way a vLLM server (or the network in front of it) fails:
   non-stream: a 200 whose body is not JSON.
 - ``http-4xx``: 400 in vLLM's nested error shape (a context-length overflow).
 - ``http-5xx``: 500 in vLLM's error shape (like ``--error-rate``).
+- ``http-5xx-html``: 502 with an ingress's HTML page (nginx's version, an internal pod
+  address), as a proxy in front of vLLM answers when the pod behind it is gone.
 - ``truncated``: stream: the body ends cleanly but without the finish chunk and without
   ``[DONE]``; non-stream: a complete JSON answer whose choice has no finish_reason.
 
@@ -39,14 +41,22 @@ KINDS = (
     "malformed-sse",
     "http-4xx",
     "http-5xx",
+    "http-5xx-html",
     "truncated",
 )
 RANDOM = "random"
-HTTP_FAULTS = ("http-4xx", "http-5xx")
+HTTP_FAULTS = ("http-4xx", "http-5xx", "http-5xx-html")
 STALL_LIMIT = 300.0  # a stalled answer gives up (reset) after this long at the latest
 GAP = 0.05  # after a partial answer, before the reset: the client reads what it got first
 GARBAGE_FRAME = b'data: {"id": "chatcmpl-broken", "choices": [{"delta": {"content": "\n\n'
 GARBAGE_BODY = b'{"id": "chatcmpl-broken", "object": "chat.completion", "choices": [{"index": 0,'
+# What an ingress answers for a pod it cannot reach: nothing of it may reach a gateway client.
+PROXY_PAGE = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    b"<center><h1>502 Bad Gateway</h1></center>\r\n"
+    b"<p>upstream reasoning-predictor-00001.llm-serving.svc.cluster.local (10.42.7.13:8012) "
+    b"connection refused</p>\r\n<hr><center>nginx/1.25.3</center>\r\n</body>\r\n</html>\r\n"
+)
 CONTEXT_MESSAGE = (
     "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens "
     "(8000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion."
@@ -74,9 +84,11 @@ class FaultPicker:
 
 
 def http_fault(kind: str, keep: bool) -> bytes:
-    """The full error response of an ``http-4xx`` / ``http-5xx`` fault."""
+    """The full error response of an ``http-4xx`` / ``http-5xx`` / ``http-5xx-html`` fault."""
     if kind == "http-4xx":
         return response(400, error_body(400, CONTEXT_MESSAGE), keep)
+    if kind == "http-5xx-html":
+        return response(502, PROXY_PAGE, keep, b"text/html")
     return response(500, error_body(500, "Injected failure (stub --fault http-5xx)."), keep)
 
 

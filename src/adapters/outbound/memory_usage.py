@@ -12,8 +12,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from domain.consumers import EMPTY_SNAPSHOT, Consumer, ConsumerLimits, RateSnapshot
-from domain.errors import QueueTimeout
+from domain.consumers import EMPTY_SNAPSHOT, Consumer, ConsumerLimits, LimitKind, RateSnapshot
+from domain.errors import QueueTimeout, RateLimited
 from domain.rate_limits import ConsumerUsage, Receipt, to_ms
 
 _SWEEP_EVERY = 1024  # reservations between two sweeps of consumers whose counters are fresh again
@@ -66,18 +66,30 @@ class InMemoryUsageLedger:
     async def close(self) -> None:
         """Nothing to release."""
 
-    async def reserve(self, consumer: Consumer, tokens: int) -> UnlimitedReservation | _MemoryReservation:
+    async def take_request(self, consumer: Consumer) -> RateSnapshot:
         limits = consumer.limits
-        if not limits.rate_limited:
+        if limits.requests_per_minute is None:
+            return EMPTY_SNAPSHOT
+        usage = self._usage_of(consumer)
+        snapshot = usage.take_request(limits, self._wall_time())  # RateLimited: nothing taken
+        self._usage[consumer.name] = (usage, limits)
+        return snapshot
+
+    async def reserve_tokens(self, consumer: Consumer, tokens: int) -> UnlimitedReservation | _MemoryReservation:
+        limits = consumer.limits
+        if not limits.token_limited:
             return UNLIMITED
+        usage = self._usage_of(consumer)
+        receipt = usage.reserve_tokens(limits, tokens, self._wall_time())  # RateLimited: nothing taken
+        self._usage[consumer.name] = (usage, limits)
+        return _MemoryReservation(self, consumer.name, limits, receipt)
+
+    def _usage_of(self, consumer: Consumer) -> ConsumerUsage:
         self._ops += 1
         if self._ops % _SWEEP_EVERY == 0:
             self._sweep()
         entry = self._usage.get(consumer.name)
-        usage = ConsumerUsage() if entry is None else entry[0]
-        receipt = usage.reserve(limits, tokens, self._wall_time())  # RateLimited: nothing taken
-        self._usage[consumer.name] = (usage, limits)
-        return _MemoryReservation(self, consumer.name, limits, receipt)
+        return ConsumerUsage() if entry is None else entry[0]
 
     def _settle(self, name: str, limits: ConsumerLimits, receipt: Receipt, tokens_used: int) -> None:
         entry = self._usage.get(name)
@@ -97,6 +109,12 @@ class InMemoryUsageLedger:
         """How many consumers have counters now (tests: idle consumers are forgotten)."""
         self._sweep()
         return len(self._usage)
+
+
+def too_many_waiting(max_waiting: int) -> RateLimited:
+    """The 429 of a consumer whose `max_in_flight` slots are taken and `max_waiting` requests wait."""
+    return RateLimited(LimitKind.MAX_IN_FLIGHT, 1, message=(
+        f"This consumer already has {max_waiting} requests waiting for one of its max_in_flight slots."))
 
 
 class UnlimitedSlot:
@@ -155,7 +173,7 @@ class InMemoryConsumerConcurrency:
     async def close(self) -> None:
         """Nothing to release."""
 
-    async def acquire(self, consumer: Consumer, timeout: float) -> UnlimitedSlot | _MemorySlot:
+    async def acquire(self, consumer: Consumer, timeout: float, max_waiting: int) -> UnlimitedSlot | _MemorySlot:
         cap = consumer.limits.max_in_flight
         if cap is None:
             return UNLIMITED_SLOT
@@ -166,6 +184,9 @@ class InMemoryConsumerConcurrency:
         if state.held < cap and not state.waiters:
             state.held += 1
             return _MemorySlot(self, name)
+        if len(state.waiters) >= max_waiting:
+            self._forget_if_idle(name, state)
+            raise too_many_waiting(max_waiting)
         if timeout <= 0:
             self._forget_if_idle(name, state)
             raise QueueTimeout(1)

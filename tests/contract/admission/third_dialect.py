@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router, post
 
-from adapters.inbound._shared.dialect import EdgeContext, dialect_router
+from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
 from adapters.inbound._shared.edge import call_of, read_body
 from adapters.inbound._shared.errors import retry_after_headers
 from domain.canonical import ChatRequest, Message, TextPart
@@ -82,7 +82,7 @@ def router(context: EdgeContext) -> Router:
     """What bootstrap registers: this dialect's Router, mounted at `/plain`."""
     service = context.service
 
-    @post("/v1/generate", status_code=200)
+    @post("/v1/generate", status_code=200, opt=METERED)
     async def generate(request: Request[Any, Any, Any]) -> Response[bytes]:
         call = call_of(request)
         chat = decode(await read_body(request, context.limits.body_timeout_seconds), call.request_id)

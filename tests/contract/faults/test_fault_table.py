@@ -11,7 +11,8 @@ request and checks the documented outcome (docs/errors.md, "Upstream faults"):
   frame (`/v1`: `data: {"error": ...}` then `data: [DONE]`; `/llm`: `event: error`
   and no `message_stop`);
 
-and in every case the upstream's slot is free afterwards and nothing was a 500.
+and in every case the upstream's slot is free afterwards, nothing was a 500, and no
+message names what is behind the gateway (addresses, a proxy's page, transport errors).
 """
 
 from __future__ import annotations
@@ -57,12 +58,23 @@ TABLE: dict[str, tuple[Outcome, Outcome]] = {
     "malformed-sse": (Outcome(502, "upstream-protocol-error"), Outcome(200, "upstream-protocol-error")),
     "http-4xx": _before(400, "context-length-exceeded"),
     "http-5xx": _before(502, "upstream-error"),
+    "http-5xx-html": _before(502, "upstream-error"),
     "truncated": (Outcome(502, "upstream-protocol-error"), Outcome(200, "upstream-protocol-error")),
 }
 KIND_STATUS = {"upstream-unavailable": 502, "upstream-error": 502, "upstream-protocol-error": 502,
                "upstream-timeout": 504, "context-length-exceeded": 400}  # fmt: skip
 # OpenAI's own code where it has one (clients check for it); else the problem type's slug.
 OPENAI_CODES = {"context-length-exceeded": "context_length_exceeded"}
+
+
+# What a client must never see: the stub's address, the proxy page's, its server, aiohttp's words.
+INTERNAL = ("127.0.0.1", "10.42.7.13", "8012", "nginx", "<html", "svc.cluster", "Error(", "errno",
+            "ContentLength", "payload", "Connection reset")
+
+
+def assert_nothing_internal(text: str) -> None:
+    for word in INTERNAL:
+        assert word.lower() not in text.lower(), f"{word!r} reached the client: {text[:300]}"
 
 
 def upstream_name(fault: str) -> str:
@@ -105,6 +117,7 @@ def check_error_response(reply: Reply, surface: str, expected: Outcome) -> str:
     """The documented status in the surface's shape; returns the error message."""
     assert reply.status == expected.status, reply.text
     body = reply.json()
+    assert_nothing_internal(reply.text)
     if surface == "v1":
         assert reply.content_type == "application/problem+json", reply.content_type
         assert body["status"] == expected.status and body["type"].endswith("/" + expected.kind), body
@@ -120,6 +133,7 @@ def check_error_frame(reply: Reply, surface: str, expected: Outcome) -> None:
     """A 200 stream that relayed some chunks, then ended with the surface's error frame."""
     assert reply.status == 200, reply.text
     assert reply.content_type == "text/event-stream", reply.content_type
+    assert_nothing_internal(reply.text)
     if surface == "v1":
         frames = data_frames(reply.body)
         assert len(frames) >= 3 and frames[-1] == "[DONE]", frames
@@ -153,5 +167,7 @@ async def test_fault_maps_to_documented_outcome(
             else:
                 expected_start = "input length and `max_tokens` exceed context limit: 8000 + 1000 > 8192"
                 assert message.startswith(expected_start), message
+        if fault == "http-5xx-html":  # not vLLM's shape: the status only, never the page
+            assert message == f"upstream '{upstream_name(fault)}' answered HTTP 502", message
     await until_idle(session, ops_url, upstream_name(fault))
     assert "500" not in statuses(await metrics(session, ops_url))

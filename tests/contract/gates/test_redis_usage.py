@@ -25,7 +25,7 @@ from tests.support.redis_server import RedisServer
 from adapters.outbound.memory_usage import InMemoryUsageLedger
 from adapters.outbound.redis_usage import RedisConsumerConcurrency, RedisUsageLedger
 from adapters.outbound.redis_usage.scripts import held_key, rate_key
-from domain.consumers import Consumer, ConsumerLimits
+from domain.consumers import EMPTY_SNAPSHOT, Consumer, ConsumerLimits
 from domain.errors import AdmissionUnavailable, QueueTimeout, RateLimited
 
 
@@ -66,7 +66,7 @@ async def test_three_ledgers_share_one_request_limit(made: Made) -> None:
 
     async def one(i: int) -> str:
         try:
-            await ledgers[i % 3].reserve(frontend, 0)
+            await ledgers[i % 3].take_request(frontend)
         except RateLimited as refused:
             assert (refused.retry_after or 0) >= 1
             return "429"
@@ -83,7 +83,7 @@ async def test_three_processes_share_one_max_in_flight(made: Made) -> None:
 
     async def one(i: int) -> None:
         nonlocal current, peak
-        slot = await instances[i % 3].acquire(frontend, 15.0)
+        slot = await instances[i % 3].acquire(frontend, 15.0, 64)
         try:
             current += 1
             peak = max(peak, current)
@@ -100,8 +100,8 @@ async def test_three_processes_share_one_max_in_flight(made: Made) -> None:
 async def test_a_release_in_one_process_wakes_a_waiter_in_another_at_once(made: Made) -> None:
     a, b = await made.slots(recheck_seconds=5.0), await made.slots(recheck_seconds=5.0)
     frontend = consumer(max_in_flight=1)
-    held = await a.acquire(frontend, 1.0)
-    waiting = asyncio.create_task(b.acquire(frontend, 10.0))
+    held = await a.acquire(frontend, 1.0, 64)
+    waiting = asyncio.create_task(b.acquire(frontend, 10.0, 64))
     await asyncio.sleep(0.1)
     started = time.monotonic()
     await held.release()
@@ -115,9 +115,9 @@ async def test_a_dead_processes_slots_lapse_within_its_lease(made: Made) -> None
     alive = await made.slots(recheck_seconds=0.2)
     frontend = consumer(max_in_flight=2)
     for _ in range(2):
-        await dead.acquire(frontend, 1.0)
+        await dead.acquire(frontend, 1.0, 64)
     started = time.monotonic()
-    slot = await alive.acquire(frontend, 5.0)
+    slot = await alive.acquire(frontend, 5.0, 64)
     assert 0.7 < time.monotonic() - started < 2.0
     await slot.release()
 
@@ -125,11 +125,11 @@ async def test_a_dead_processes_slots_lapse_within_its_lease(made: Made) -> None
 async def test_leases_are_renewed_while_held(made: Made) -> None:
     a = await made.slots(lease_seconds=0.6)
     frontend = consumer(max_in_flight=1)
-    held = await a.acquire(frontend, 1.0)
+    held = await a.acquire(frontend, 1.0, 64)
     await asyncio.sleep(1.5)  # well past one lease
     b = await made.slots(lease_seconds=0.6)
     with pytest.raises(QueueTimeout):
-        await b.acquire(frontend, 0.3)  # a's slot is still held: its lease was renewed
+        await b.acquire(frontend, 0.3, 64)  # a's slot is still held: its lease was renewed
     assert a.lost == 0
     pttl = await made.redis.pttl(held_key(made.prefix, "frontend"))
     assert 0 < pttl <= 600
@@ -139,12 +139,12 @@ async def test_leases_are_renewed_while_held(made: Made) -> None:
 
 async def test_rate_keys_expire_when_they_would_be_fresh_again(made: Made) -> None:
     ledger = await made.ledger()
-    await ledger.reserve(consumer("a", requests_per_minute=60), 0)
+    await ledger.take_request(consumer("a", requests_per_minute=60))
     pttl = await made.redis.pttl(rate_key(made.prefix, "a"))
     assert 900 < pttl <= 1000  # one request refills in 1 s
-    await ledger.reserve(consumer("d", tokens_per_day=100), 1)
+    await ledger.reserve_tokens(consumer("d", tokens_per_day=100), 1)
     assert await made.redis.pttl(rate_key(made.prefix, "d")) > 1000  # until UTC midnight
-    refunded = await ledger.reserve(consumer("t", tokens_per_minute=1000), 0)
+    refunded = await ledger.reserve_tokens(consumer("t", tokens_per_minute=1000), 0)
     assert await made.redis.exists(rate_key(made.prefix, "t")) == 0  # took nothing: nothing stored
     await refunded.settle(0)
     await asyncio.sleep(1.1)
@@ -156,7 +156,8 @@ async def test_hang_ups_mid_call_leave_no_reservation_and_no_slot(made: Made) ->
     tokens = consumer("tokens", tokens_per_minute=100_000)
     held = consumer("held", max_in_flight=1)
     for i in range(30):
-        calls = [asyncio.create_task(ledger.reserve(tokens, 1000)), asyncio.create_task(slots.acquire(held, 1.0))]
+        calls = [asyncio.create_task(ledger.reserve_tokens(tokens, 1000)),
+                 asyncio.create_task(slots.acquire(held, 1.0, 64))]
         await asyncio.sleep(0.0002 * (i % 5))
         for call in calls:
             call.cancel()
@@ -171,7 +172,7 @@ async def test_hang_ups_mid_call_leave_no_reservation_and_no_slot(made: Made) ->
                 await entry.release()
     await asyncio.sleep(0.3)  # a give-back still on its way
     assert await made.redis.exists(held_key(made.prefix, "held")) == 0
-    probe = await ledger.reserve(tokens, 0)
+    probe = await ledger.reserve_tokens(tokens, 0)
     assert probe.snapshot.tokens is not None and probe.snapshot.tokens.remaining >= 99_900  # refunded
 
 
@@ -182,32 +183,37 @@ async def test_redis_killed_mid_run_fails_limited_consumers_closed_and_recovers(
     try:
         ledger = await made.ledger(server.url)
         slots = await made.slots(server.url, recheck_seconds=0.2)
-        limited = consumer("limited", requests_per_minute=100, max_in_flight=1)
+        limited = consumer("limited", requests_per_minute=100, tokens_per_minute=10_000, max_in_flight=1)
         unlimited = consumer("unlimited")
-        await (await ledger.reserve(limited, 10)).settle(5)
-        held = await slots.acquire(limited, 1.0)
-        waiting = asyncio.create_task(slots.acquire(limited, 10.0))
+        await ledger.take_request(limited)
+        await (await ledger.reserve_tokens(limited, 10)).settle(5)
+        held = await slots.acquire(limited, 1.0, 64)
+        waiting = asyncio.create_task(slots.acquire(limited, 10.0, 64))
         await asyncio.sleep(0.1)
         server.stop()
         started = time.monotonic()
         with pytest.raises(AdmissionUnavailable) as caught:
-            await ledger.reserve(limited, 10)
+            await ledger.take_request(limited)
         assert caught.value.status == 503 and caught.value.retry_after == 1
+        with pytest.raises(AdmissionUnavailable):
+            await ledger.reserve_tokens(limited, 10)
         with pytest.raises(AdmissionUnavailable):
             await waiting  # its next poll found Redis gone
         with pytest.raises(AdmissionUnavailable):
-            await slots.acquire(limited, 1.0)
+            await slots.acquire(limited, 1.0, 64)
         assert time.monotonic() - started < 5.0
         for _ in range(20):  # unlimited consumers pass without Redis
-            await (await ledger.reserve(unlimited, 100)).settle(100)
-            await (await slots.acquire(unlimited, 0)).release()
+            assert await ledger.take_request(unlimited) == EMPTY_SNAPSHOT
+            await (await ledger.reserve_tokens(unlimited, 100)).settle(100)
+            await (await slots.acquire(unlimited, 0, 64)).release()
         await held.release()  # never raises: deferred
         server.start()  # empty: a restarted Redis without persistence
         await asyncio.sleep(0.2)
-        reservation = await ledger.reserve(limited, 10)
-        assert reservation.snapshot.requests is not None and reservation.snapshot.requests.remaining == 99
+        taken = await ledger.take_request(limited)
+        assert taken.requests is not None and taken.requests.remaining == 99  # the lost counters start afresh
+        reservation = await ledger.reserve_tokens(limited, 10)
         await reservation.settle(10)
-        slot = await slots.acquire(limited, 1.0)
+        slot = await slots.acquire(limited, 1.0, 64)
         await slot.release()
         check = Redis.from_url(server.url, decode_responses=True)
         try:
@@ -223,7 +229,7 @@ async def test_redis_killed_mid_run_fails_limited_consumers_closed_and_recovers(
 
 # -- the Lua scripts against the domain -----------------------------------------------
 
-steps = st.lists(st.tuples(st.sampled_from(["reserve", "settle", "wait"]), st.integers(0, 3000),
+steps = st.lists(st.tuples(st.sampled_from(["request", "reserve", "settle", "wait"]), st.integers(0, 3000),
                            st.integers(0, 50_000)), min_size=1, max_size=25)
 
 
@@ -255,17 +261,22 @@ async def compare(redis: RedisUsageLedger, memory: InMemoryUsageLedger, who: Con
             a, b = open_.pop(0)
             await a.settle(tokens)
             await b.settle(tokens)
-        else:
-            outcomes = []
+        elif op in ("request", "reserve"):
+            outcomes: list[Any] = []
             for ledger in (redis, memory):
                 try:
-                    outcomes.append(await ledger.reserve(who, tokens))
+                    if op == "request":
+                        outcomes.append(await ledger.take_request(who))
+                    else:
+                        outcomes.append(await ledger.reserve_tokens(who, tokens))
                 except RateLimited as refused:
                     outcomes.append(refused)
             a, b = outcomes
             if isinstance(a, RateLimited) or isinstance(b, RateLimited):
                 assert isinstance(a, RateLimited) and isinstance(b, RateLimited)
                 assert (a.limit, a.retry_after, a.snapshot) == (b.limit, b.retry_after, b.snapshot)
+            elif op == "request":
+                assert a == b  # the snapshots after taking the request
             else:
                 assert a.snapshot == b.snapshot
                 open_.append((a, b))

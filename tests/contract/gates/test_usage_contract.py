@@ -99,22 +99,23 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
 async def test_requests_per_minute_admits_exactly_the_limit(backend: Backend) -> None:
     ledger = await backend.ledger()
     frontend = consumer(requests_per_minute=10)
-    reservations = [await ledger.reserve(frontend, 0) for _ in range(10)]
-    assert [r.snapshot.requests.remaining for r in reservations] == list(range(9, -1, -1))
+    snapshots = [await ledger.take_request(frontend) for _ in range(10)]
+    assert [s.requests.remaining for s in snapshots] == list(range(9, -1, -1))
     with pytest.raises(RateLimited) as caught:
-        await ledger.reserve(frontend, 0)
+        await ledger.take_request(frontend)
     refused = caught.value
     assert refused.limit is LimitKind.REQUESTS_PER_MINUTE and refused.status == 429
     assert 5 <= (refused.retry_after or 0) <= 6  # one request refills every 6 s
     assert refused.snapshot.requests is not None and refused.snapshot.requests.remaining == 0
-    other = await ledger.reserve(consumer("batch", requests_per_minute=10), 0)  # its own limit
-    assert other.snapshot.requests.remaining == 9
+    other = await ledger.take_request(consumer("batch", requests_per_minute=10))  # its own limit
+    assert other.requests.remaining == 9
 
 
 async def test_an_unlimited_consumer_passes_and_reports_nothing(backend: Backend) -> None:
     ledger = await backend.ledger()
     for _ in range(50):
-        reservation = await ledger.reserve(consumer("free", max_in_flight=3), 10_000)
+        assert await ledger.take_request(consumer("free", max_in_flight=3)) == EMPTY_SNAPSHOT
+        reservation = await ledger.reserve_tokens(consumer("free", max_in_flight=3), 10_000)
         assert reservation.snapshot == EMPTY_SNAPSHOT
         await reservation.settle(12_345)
     assert await backend.leftovers() == []
@@ -127,7 +128,7 @@ async def test_concurrent_token_reservations_overshoot_by_at_most_one(backend: B
 
     async def one(tokens: int) -> int:
         try:
-            await ledger.reserve(frontend, tokens)
+            await ledger.reserve_tokens(frontend, tokens)
         except RateLimited as refused:
             assert refused.limit is LimitKind.TOKENS_PER_MINUTE and (refused.retry_after or 0) >= 1
             return 0
@@ -143,21 +144,23 @@ async def test_settle_refunds_and_charges_extra(backend: Backend) -> None:
     clock = WallClock(MIDNIGHT + 3600)
     ledger = await backend.ledger(clock)
     frontend = consumer(tokens_per_minute=1000, requests_per_minute=100)
-    first = await ledger.reserve(frontend, 800)
+    await ledger.take_request(frontend)
+    first = await ledger.reserve_tokens(frontend, 800)
     assert first.snapshot.tokens.remaining == 200
     with pytest.raises(RateLimited):
-        await ledger.reserve(frontend, 500)
+        await ledger.reserve_tokens(frontend, 500)
     await first.settle(100)  # used far less than estimated
     await first.settle(900)  # idempotent: the first settle counts
-    second = await ledger.reserve(frontend, 500)
+    second = await ledger.reserve_tokens(frontend, 500)
     assert second.snapshot.tokens.remaining == 400
     await second.settle(1400)  # used more: charged the difference, the bucket goes below zero
     with pytest.raises(RateLimited) as caught:
-        await ledger.reserve(frontend, 1)
+        await ledger.reserve_tokens(frontend, 1)
     assert caught.value.retry_after == 31  # 501 tokens to refill at 1000 a minute: 30.06 s
+    assert caught.value.snapshot.requests.remaining == 99  # the one request taken, nothing else
     clock.now += 36  # 600 tokens back: the bucket holds 100
-    third = await ledger.reserve(frontend, 0)
-    assert third.snapshot.tokens.remaining == 100 and third.snapshot.requests.remaining == 99
+    third = await ledger.reserve_tokens(frontend, 0)
+    assert third.snapshot.tokens.remaining == 100 and third.snapshot.requests.remaining == 100  # refilled
     await third.settle(0)
 
 
@@ -165,12 +168,12 @@ async def test_refunds_bring_the_counters_back_to_full(backend: Backend) -> None
     clock = WallClock(MIDNIGHT + 7200)
     ledger = await backend.ledger(clock)
     frontend = consumer(tokens_per_minute=5000)
-    held = [await ledger.reserve(frontend, 1000) for _ in range(5)]
+    held = [await ledger.reserve_tokens(frontend, 1000) for _ in range(5)]
     with pytest.raises(RateLimited):
-        await ledger.reserve(frontend, 1000)
+        await ledger.reserve_tokens(frontend, 1000)
     await asyncio.gather(*(r.settle(0) for r in held))
     assert await backend.leftovers() == []  # fresh again: the key is gone (Redis)
-    probe = await ledger.reserve(frontend, 0)
+    probe = await ledger.reserve_tokens(frontend, 0)
     assert probe.snapshot.tokens.remaining == 5000 and probe.snapshot.tokens.reset_seconds == 0
 
 
@@ -178,22 +181,67 @@ async def test_the_day_window_restarts_at_utc_midnight(backend: Backend) -> None
     clock = WallClock(MIDNIGHT + DAY - 10)  # 23:59:50
     ledger = await backend.ledger(clock)
     frontend = consumer(tokens_per_day=1000)
-    yesterday = await ledger.reserve(frontend, 900)
+    yesterday = await ledger.reserve_tokens(frontend, 900)
     state = yesterday.snapshot.tokens
     assert (state.kind, state.remaining, state.reset_seconds) == (LimitKind.TOKENS_PER_DAY, 100, 10.0)
     with pytest.raises(RateLimited) as caught:
-        await ledger.reserve(frontend, 200)
+        await ledger.reserve_tokens(frontend, 200)
     assert caught.value.limit is LimitKind.TOKENS_PER_DAY and caught.value.retry_after == 10
     clock.now = MIDNIGHT + DAY  # midnight UTC
-    today = await ledger.reserve(frontend, 700)
+    today = await ledger.reserve_tokens(frontend, 700)
     assert today.snapshot.tokens.remaining == 300 and today.snapshot.tokens.reset_seconds == DAY
     await yesterday.settle(0)  # yesterday's refund does not touch today's window
-    after = await ledger.reserve(frontend, 0)
+    after = await ledger.reserve_tokens(frontend, 0)
     assert after.snapshot.tokens.remaining == 300
-    big = await ledger.reserve(consumer("big", tokens_per_day=1000), 5000)  # larger than the day: runs once
+    big = await ledger.reserve_tokens(consumer("big", tokens_per_day=1000), 5000)  # larger than the day: once
     assert big.snapshot.tokens.remaining == 0
     with pytest.raises(RateLimited):
-        await ledger.reserve(consumer("big", tokens_per_day=1000), 1)
+        await ledger.reserve_tokens(consumer("big", tokens_per_day=1000), 1)
+
+
+async def test_requests_are_counted_at_the_door_and_tokens_apart(backend: Backend) -> None:
+    """Two steps: a request refused for its tokens stays counted; a token refusal takes no
+    tokens; taking a request never looks at the token limits."""
+    clock = WallClock(MIDNIGHT + 600)
+    ledger = await backend.ledger(clock)
+    frontend = consumer(requests_per_minute=3, tokens_per_minute=100)
+    assert (await ledger.take_request(frontend)).requests.remaining == 2
+    await ledger.reserve_tokens(frontend, 150)  # larger than the limit: from a full bucket, once
+    assert (await ledger.take_request(frontend)).requests.remaining == 1  # tokens below zero: no matter
+    with pytest.raises(RateLimited) as caught:
+        await ledger.reserve_tokens(frontend, 10)
+    refused = caught.value
+    assert refused.limit is LimitKind.TOKENS_PER_MINUTE and refused.snapshot.requests.remaining == 1
+    assert refused.snapshot.tokens.remaining == 0
+    await ledger.take_request(frontend)
+    with pytest.raises(RateLimited) as caught:
+        await ledger.take_request(frontend)
+    assert caught.value.limit is LimitKind.REQUESTS_PER_MINUTE
+    assert caught.value.retry_after == 20  # 3 a minute: one every 20 s
+
+
+async def test_max_waiting_bounds_a_consumers_waiters(backend: Backend) -> None:
+    slots = await backend.concurrency()
+    frontend = consumer(max_in_flight=1)
+    holder = await slots.acquire(frontend, 1.0, 2)
+    waiters = [asyncio.create_task(slots.acquire(frontend, 5.0, 2)) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    with pytest.raises(RateLimited) as caught:  # a third would wait: refused at once
+        await asyncio.wait_for(slots.acquire(frontend, 5.0, 2), 1.0)
+    assert caught.value.limit is LimitKind.MAX_IN_FLIGHT and caught.value.status == 429
+    with pytest.raises(RateLimited):  # max_waiting 0: nobody waits
+        await asyncio.wait_for(slots.acquire(frontend, 5.0, 0), 1.0)
+    other = await slots.acquire(consumer("other", max_in_flight=1), 1.0, 0)  # its own slots
+    await other.release()
+    waiters[0].cancel()  # a waiter that leaves frees its place
+    with pytest.raises(asyncio.CancelledError):
+        await waiters[0]
+    third = asyncio.create_task(slots.acquire(frontend, 5.0, 2))
+    await holder.release()
+    first = await asyncio.wait_for(waiters[1], 5)
+    await first.release()
+    await (await asyncio.wait_for(third, 5)).release()
+    assert await backend.leftovers() == []
 
 
 async def test_max_in_flight_is_never_exceeded_under_load(backend: Backend) -> None:
@@ -203,7 +251,7 @@ async def test_max_in_flight_is_never_exceeded_under_load(backend: Backend) -> N
 
     async def one() -> None:
         nonlocal current, peak
-        slot = await slots.acquire(frontend, 10.0)
+        slot = await slots.acquire(frontend, 10.0, 64)
         try:
             current += 1
             peak = max(peak, current)
@@ -220,11 +268,11 @@ async def test_max_in_flight_is_never_exceeded_under_load(backend: Backend) -> N
 async def test_waiters_are_served_in_arrival_order(backend: Backend) -> None:
     slots = await backend.concurrency()
     frontend = consumer(max_in_flight=1)
-    holder = await slots.acquire(frontend, 1.0)
+    holder = await slots.acquire(frontend, 1.0, 64)
     order: list[int] = []
 
     async def wait(i: int) -> None:
-        slot = await slots.acquire(frontend, 5.0)
+        slot = await slots.acquire(frontend, 5.0, 64)
         order.append(i)
         await slot.release()
 
@@ -240,13 +288,13 @@ async def test_waiters_are_served_in_arrival_order(backend: Backend) -> None:
 async def test_a_wait_times_out_and_a_cancelled_wait_leaves_no_trace(backend: Backend) -> None:
     slots = await backend.concurrency()
     frontend = consumer(max_in_flight=2)
-    held = [await slots.acquire(frontend, 1.0) for _ in range(2)]
+    held = [await slots.acquire(frontend, 1.0, 64) for _ in range(2)]
     with pytest.raises(QueueTimeout) as caught:
-        await slots.acquire(frontend, 0.2)
+        await slots.acquire(frontend, 0.2, 64)
     assert caught.value.status == 503 and caught.value.retry_after == 1
     with pytest.raises(QueueTimeout):
-        await slots.acquire(frontend, 0)
-    waiters = [asyncio.create_task(slots.acquire(frontend, 5.0)) for _ in range(3)]
+        await slots.acquire(frontend, 0, 64)
+    waiters = [asyncio.create_task(slots.acquire(frontend, 5.0, 64)) for _ in range(3)]
     await asyncio.sleep(0.05)
     for task in waiters:
         task.cancel()
@@ -256,9 +304,9 @@ async def test_a_wait_times_out_and_a_cancelled_wait_leaves_no_trace(backend: Ba
     for slot in held:
         await slot.release()
         await slot.release()  # idempotent
-    again = [await slots.acquire(frontend, 0) for _ in range(2)]  # both slots free at once
+    again = [await slots.acquire(frontend, 0, 64) for _ in range(2)]  # both slots free at once
     with pytest.raises(QueueTimeout):
-        await slots.acquire(frontend, 0)
+        await slots.acquire(frontend, 0, 64)
     for slot in again:
         await slot.release()
     assert await backend.leftovers() == []
@@ -268,8 +316,8 @@ async def test_cancellation_racing_a_release_never_leaks_the_slot(backend: Backe
     slots = await backend.concurrency()
     frontend = consumer(max_in_flight=1)
     for pause in (0.0, 0.001, 0.005, 0.02):
-        holder = await slots.acquire(frontend, 1.0)
-        waiter = asyncio.create_task(slots.acquire(frontend, 5.0))
+        holder = await slots.acquire(frontend, 1.0, 64)
+        waiter = asyncio.create_task(slots.acquire(frontend, 5.0, 64))
         await asyncio.sleep(0.02)
         releasing = asyncio.create_task(holder.release())
         await asyncio.sleep(pause)
@@ -281,7 +329,7 @@ async def test_cancellation_racing_a_release_never_leaks_the_slot(backend: Backe
             won = None
         if won is not None:
             await won.release()
-        fresh = await slots.acquire(frontend, 1.0)  # the slot came back (a give-back may take a moment)
+        fresh = await slots.acquire(frontend, 1.0, 64)  # the slot came back (a give-back may take a moment)
         await fresh.release()
     await asyncio.sleep(0.05)
     assert await backend.leftovers() == []
@@ -289,7 +337,7 @@ async def test_cancellation_racing_a_release_never_leaks_the_slot(backend: Backe
 
 async def test_a_consumer_without_max_in_flight_is_never_held(backend: Backend) -> None:
     slots = await backend.concurrency()
-    free = [await slots.acquire(consumer("free", requests_per_minute=1), 0) for _ in range(100)]
+    free = [await slots.acquire(consumer("free", requests_per_minute=1), 0, 0) for _ in range(100)]
     for slot in free:
         await slot.release()
     assert await backend.leftovers() == []

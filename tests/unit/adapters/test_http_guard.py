@@ -1,7 +1,8 @@
 """The guarded uvicorn protocol, on a real uvicorn server over loopback: a head that keeps
 growing gets a plain-text 431, one that never completes a plain-text 408 (timed from the
-connection's opening or the request's first byte), and uvicorn's own keep-alive timeout
-still closes idle connections between requests."""
+connection's opening or the request's first byte), uvicorn's own keep-alive timeout
+still closes idle connections between requests, and a client that stops reading is dropped
+after the write timeout (the app sees a disconnect) while a slow one that reads is not."""
 
 from __future__ import annotations
 
@@ -19,24 +20,58 @@ REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 MAX_BYTES = 2048
 
 
+ENDINGS: list[asyncio.Queue[str]] = []  # the running test's queue: how each /stream request ended
+
+
+def endings() -> asyncio.Queue[str]:
+    ENDINGS[:] = [asyncio.Queue()]
+    return ENDINGS[0]
+CHUNK = b"x" * 65536
+BIG = 8 * 1024 * 1024
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
+        return
+    if scope["path"] == "/stream":  # 64 KiB chunks for 5 s, unless the client goes away
+        await stream(receive, send)
+        return
+    if scope["path"] == "/big":  # 8 MiB in one send: far more than the socket buffers take
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % BIG)]})
+        await send({"type": "http.response.body", "body": b"x" * BIG})
         return
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+async def stream(receive: Any, send: Any) -> None:
+    await receive()  # the (empty) body
+    gone = asyncio.ensure_future(receive())  # http.disconnect, once the connection is lost
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 5.0
+    while loop.time() < end and not gone.done():
+        await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
+    if gone.done():
+        ENDINGS[0].put_nowait("disconnect")
+        return
+    gone.cancel()
+    ENDINGS[0].put_nowait("complete")
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[[float, float], Awaitable[int]]]:
-    """`await serve(head_timeout, keep_alive)` starts a server and gives its port."""
+    """`await serve(head_timeout, keep_alive[, write_timeout])` starts a server and gives its port."""
     servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
-    async def start(head_timeout: float, keep_alive: float) -> int:
+    async def start(head_timeout: float, keep_alive: float, write_timeout: float = 30.0) -> int:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             free = int(probe.getsockname()[1])
         config = uvicorn.Config(app, host="127.0.0.1", port=free, lifespan="off", log_level="warning",
-                                http=guarded_protocol(MAX_BYTES, head_timeout), timeout_keep_alive=keep_alive)
+                                http=guarded_protocol(MAX_BYTES, head_timeout, write_timeout),
+                                timeout_keep_alive=keep_alive)
         server = uvicorn.Server(config)
         servers.append((server, asyncio.create_task(server.serve())))
         for _ in range(500):  # up to 5 s
@@ -132,4 +167,54 @@ async def test_a_large_head_that_arrives_whole_reaches_the_app(serve: Any) -> No
     writer.write(b"GET / HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * (3 * MAX_BYTES) + b"\r\n\r\n")
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
     assert head.startswith(b"HTTP/1.1 200")
+    writer.close()
+
+
+async def stalled_reader(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a tiny window
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
+    return reader, writer
+
+
+async def test_a_client_that_stops_reading_is_dropped_after_the_write_timeout(serve: Any) -> None:
+    ends = endings()
+    _, writer = await stalled_reader(await serve(5.0, 5.0, 0.5))
+    began = now()
+    # never reads: the server's writes stall, and the app sees the connection end before its 5 s
+    assert await asyncio.wait_for(ends.get(), 4.0) == "disconnect"
+    assert now() - began < 0.5 + 2.0  # filling the socket buffers, then the timeout
+    writer.close()
+
+
+async def test_a_slow_reader_that_keeps_reading_is_not_dropped(serve: Any) -> None:
+    ends = endings()
+    reader, writer = await stalled_reader(await serve(5.0, 5.0, 0.5))
+    received = 0
+    while ends.empty():  # slower than the app writes, but never 0.5 s without progress
+        received += len(await asyncio.wait_for(reader.read(65536), 2))
+        await asyncio.sleep(0.01)
+    assert ends.get_nowait() == "complete" and received > 0
+    writer.close()
+
+
+async def test_a_large_answer_read_slowly_but_steadily_is_not_dropped(serve: Any) -> None:
+    """Writing stays paused for longer than the timeout (the answer takes 2.6 s to read), but
+    the client takes in part of it in every timeout: it is reading, not stalled. (On loopback
+    the kernel's send buffer grows to 4 MB and frees space in 2 MB steps: the timeout here must
+    be longer than one step takes.)"""
+    reader, writer = await asyncio.open_connection("127.0.0.1", await serve(5.0, 5.0, 1.0))
+    writer.write(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+    assert head.startswith(b"HTTP/1.1 200")
+    received = 0
+    while chunk := await asyncio.wait_for(reader.read(65536), 2):  # at most 3.2 MB/s
+        received += len(chunk)
+        if received == BIG:
+            break
+        await asyncio.sleep(0.02)
+    assert received == BIG
     writer.close()

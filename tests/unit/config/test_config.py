@@ -44,6 +44,17 @@ def test_design_example_is_complete() -> None:
     assert config.server.limit_concurrency == 4096  # documented default (docs/operations.md)
 
 
+def test_client_connection_and_waiting_keys_have_documented_defaults() -> None:
+    config = load_config_text(UPSTREAM)
+    assert config.server.client_write_timeout_seconds == 30.0
+    assert config.server.keep_alive_timeout_seconds == 75  # what uvicorn was given before it was a key
+    assert config.auth.max_waiting_per_consumer == 64
+    tuned = load_config_text("[server]\nclient_write_timeout_seconds = 2.5\nkeep_alive_timeout_seconds = 5\n"
+                             "[auth]\nmax_waiting_per_consumer = 0\n" + UPSTREAM)
+    assert (tuned.server.client_write_timeout_seconds, tuned.server.keep_alive_timeout_seconds) == (2.5, 5)
+    assert tuned.auth.max_waiting_per_consumer == 0
+
+
 def test_fairness_keys_reach_the_policy() -> None:
     from bootstrap import _policies
 
@@ -76,6 +87,11 @@ def test_admission_keys_have_no_defaults(missing: str) -> None:
         ('[server]\nlisen = "x"\n' + UPSTREAM, r"unknown key 'server\.lisen'"),
         ('[server]\nlisten = "nope"\n' + UPSTREAM, r"server\.listen must be HOST:PORT"),
         ("[server]\nlimit_concurrency = 0\n" + UPSTREAM, r"invalid value for 'server\.limit_concurrency'"),
+        ("[server]\nclient_write_timeout_seconds = 0\n" + UPSTREAM,
+         r"invalid value for 'server\.client_write_timeout_seconds'"),
+        ("[server]\nkeep_alive_timeout_seconds = 0\n" + UPSTREAM,
+         r"invalid value for 'server\.keep_alive_timeout_seconds'"),
+        ("[auth]\nmax_waiting_per_consumer = -1\n" + UPSTREAM, r"invalid value for 'auth\.max_waiting_per_consumer'"),
         (UPSTREAM.replace('models = ["m"]', "models = []"), r"invalid value for 'upstreams\.a\.models'"),
         (UPSTREAM.replace("http://a:80", "ftp://a"), r"upstreams\.a\.url must be an http\(s\) URL"),
         (UPSTREAM + '[upstreams.b]\nurl = "http://A"\nmodels = ["n"]\n', r"upstreams\.b\.url: .*same address"),

@@ -1,6 +1,8 @@
 """Consumer rate limits: examples, then hypothesis against a reference model in exact fractions.
 
-Times are whole milliseconds, passed as seconds (`ms / 1000`) like a wall clock would.
+A request is decided in two steps: `take_request` (requests per minute, before the body is
+read) and `reserve_tokens` (the token limits, once it is decoded). Times are whole
+milliseconds, passed as seconds (`ms / 1000`) like a wall clock would.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from domain.consumers import ConsumerLimits, LimitKind, RateSnapshot, RateState
 from domain.errors import RateLimited
-from domain.rate_limits import DAY_MS, ConsumerUsage, Receipt
+from domain.rate_limits import DAY_MS, ConsumerUsage, Receipt, Refusal
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms: a UTC midnight
 
@@ -26,41 +28,41 @@ def at(ms: int) -> float:
 def test_requests_per_minute_admits_the_limit_then_refuses_until_one_refills() -> None:
     limits = ConsumerLimits(requests_per_minute=10)
     usage = ConsumerUsage()
-    receipts = [usage.reserve(limits, 0, at(T0)) for _ in range(10)]
-    assert [r.snapshot.requests.remaining for r in receipts if r.snapshot.requests] == list(range(9, -1, -1))
-    assert receipts[-1].snapshot == RateSnapshot(
+    snapshots = [usage.take_request(limits, at(T0)) for _ in range(10)]
+    assert [s.requests.remaining for s in snapshots if s.requests] == list(range(9, -1, -1))
+    assert snapshots[-1] == RateSnapshot(
         requests=RateState(kind=LimitKind.REQUESTS_PER_MINUTE, limit=10, remaining=0, reset_seconds=60.0))
     with pytest.raises(RateLimited) as caught:
-        usage.reserve(limits, 0, at(T0 + 1000))
+        usage.take_request(limits, at(T0 + 1000))
     assert caught.value.limit is LimitKind.REQUESTS_PER_MINUTE
     assert caught.value.retry_after == 5  # one request per 6 s; 1 s has passed
     assert caught.value.snapshot.requests is not None and caught.value.snapshot.requests.remaining == 0
     with pytest.raises(RateLimited):
-        usage.reserve(limits, 0, at(T0 + 5999))
-    usage.reserve(limits, 0, at(T0 + 6000))
+        usage.take_request(limits, at(T0 + 5999))
+    usage.take_request(limits, at(T0 + 6000))
 
 
 def test_a_request_larger_than_the_token_limit_runs_from_a_full_bucket_then_others_wait() -> None:
     limits = ConsumerLimits(tokens_per_minute=1000)
     usage = ConsumerUsage()
-    receipt = usage.reserve(limits, 1500, at(T0))
+    receipt = usage.reserve_tokens(limits, 1500, at(T0))
     assert receipt.snapshot.tokens == RateState(kind=LimitKind.TOKENS_PER_MINUTE, limit=1000, remaining=0,
                                                 reset_seconds=90.0)  # 1500 tokens to refill at 1000/min
     with pytest.raises(RateLimited) as caught:
-        usage.reserve(limits, 1, at(T0 + 29_999))  # the bucket is still below zero
+        usage.reserve_tokens(limits, 1, at(T0 + 29_999))  # the bucket is still below zero
     assert caught.value.retry_after == 1 and caught.value.limit is LimitKind.TOKENS_PER_MINUTE
-    usage.reserve(limits, 1, at(T0 + 30_060))  # -500 + 501 tokens refilled: holds 1
+    usage.reserve_tokens(limits, 1, at(T0 + 30_060))  # -500 + 501 tokens refilled: holds 1
 
 
 def test_settle_refunds_and_charges_the_difference() -> None:
     limits = ConsumerLimits(tokens_per_minute=1000, tokens_per_day=5000)
     usage = ConsumerUsage()
-    receipt = usage.reserve(limits, 800, at(T0))
+    receipt = usage.reserve_tokens(limits, 800, at(T0))
     usage.settle(limits, receipt, 100, at(T0))
     assert usage.snapshot(limits, T0).tokens == RateState(
         kind=LimitKind.TOKENS_PER_MINUTE, limit=1000, remaining=900, reset_seconds=6.0)
     assert usage.used == 100
-    second = usage.reserve(limits, 100, at(T0))
+    second = usage.reserve_tokens(limits, 100, at(T0))
     usage.settle(limits, second, 1100, at(T0))  # used more than it estimated
     assert usage.tokens is not None and usage.tokens // 60_000 == -200 and usage.used == 1200
 
@@ -69,47 +71,58 @@ def test_the_day_window_resets_at_utc_midnight_and_a_past_day_is_not_charged_aga
     limits = ConsumerLimits(tokens_per_day=1000)
     usage = ConsumerUsage()
     late = T0 + DAY_MS - 10_000  # 23:59:50
-    receipt = usage.reserve(limits, 900, at(late))
+    receipt = usage.reserve_tokens(limits, 900, at(late))
     assert receipt.snapshot.tokens == RateState(kind=LimitKind.TOKENS_PER_DAY, limit=1000, remaining=100,
                                                 reset_seconds=10.0)
     with pytest.raises(RateLimited) as caught:
-        usage.reserve(limits, 200, at(late + 500))
+        usage.reserve_tokens(limits, 200, at(late + 500))
     assert caught.value.limit is LimitKind.TOKENS_PER_DAY and caught.value.retry_after == 10
-    usage.reserve(limits, 100, at(late + 500))  # fits exactly
-    usage.reserve(limits, 5000, at(T0 + DAY_MS))  # a new day: min(5000, limit) fits an empty window
+    usage.reserve_tokens(limits, 100, at(late + 500))  # fits exactly
+    usage.reserve_tokens(limits, 5000, at(T0 + DAY_MS))  # a new day: min(5000, limit) fits an empty window
     usage.settle(limits, receipt, 0, at(T0 + DAY_MS + 1))  # yesterday's refund: today unchanged
     assert usage.used == 5000
 
 
-def test_every_limit_must_admit_and_a_refusal_takes_nothing() -> None:
+def test_every_token_limit_must_admit_and_a_token_refusal_takes_no_tokens() -> None:
     limits = ConsumerLimits(requests_per_minute=100, tokens_per_minute=1000, tokens_per_day=10_000)
     usage = ConsumerUsage()
-    usage.reserve(limits, 1000, at(T0))
+    usage.take_request(limits, at(T0))
+    usage.reserve_tokens(limits, 1000, at(T0))
+    usage.take_request(limits, at(T0))  # the second request is counted at the door...
     before = (usage.requests, usage.tokens, usage.used)
     with pytest.raises(RateLimited) as caught:
-        usage.reserve(limits, 10, at(T0))
+        usage.reserve_tokens(limits, 10, at(T0))  # ...and refused for its tokens: it stays counted
     assert caught.value.limit is LimitKind.TOKENS_PER_MINUTE
     assert (usage.requests, usage.tokens, usage.used) == before
     snapshot = caught.value.snapshot
-    assert snapshot.requests is not None and snapshot.requests.remaining == 99
+    assert snapshot.requests is not None and snapshot.requests.remaining == 98
     assert snapshot.tokens is not None and snapshot.tokens.kind is LimitKind.TOKENS_PER_MINUTE
 
 
-def test_retry_after_is_the_longest_wait_of_the_violated_limits() -> None:
-    limits = ConsumerLimits(requests_per_minute=1, tokens_per_minute=60)
+def test_retry_after_is_the_longest_wait_of_the_violated_token_limits() -> None:
+    limits = ConsumerLimits(tokens_per_minute=60, tokens_per_day=100)
     usage = ConsumerUsage()
-    usage.reserve(limits, 60, at(T0))
+    usage.reserve_tokens(limits, 60, at(T0 + DAY_MS - 120_000))  # 23:58
     with pytest.raises(RateLimited) as caught:
-        usage.reserve(limits, 30, at(T0))  # requests: 60 s, tokens: 30 s
-    assert caught.value.limit is LimitKind.REQUESTS_PER_MINUTE and caught.value.retry_after == 60
+        usage.reserve_tokens(limits, 50, at(T0 + DAY_MS - 120_000))  # tokens: 50 s, the day: 120 s
+    assert caught.value.limit is LimitKind.TOKENS_PER_DAY and caught.value.retry_after == 120
+
+
+def test_taking_a_request_checks_no_token_limit() -> None:
+    limits = ConsumerLimits(requests_per_minute=5, tokens_per_minute=10)
+    usage = ConsumerUsage()
+    usage.reserve_tokens(limits, 1000, at(T0))  # the token bucket is far below zero
+    assert usage.take_request(limits, at(T0)).requests.remaining == 4  # type: ignore[union-attr]
+    assert usage.request_refusal(limits, T0) is None and usage.token_refusal(limits, 0, T0) is not None
 
 
 def test_idle_time_is_until_the_state_is_fresh() -> None:
     limits = ConsumerLimits(requests_per_minute=60, tokens_per_day=10)
     usage = ConsumerUsage()
-    usage.reserve(limits, 0, at(T0))
+    usage.take_request(limits, at(T0))
+    usage.reserve_tokens(limits, 0, at(T0))
     assert usage.idle_ms(limits, T0) == 1000  # no tokens used today: the bucket alone
-    usage.reserve(limits, 1, at(T0))
+    usage.reserve_tokens(limits, 1, at(T0))
     assert usage.idle_ms(limits, T0) == DAY_MS
 
 
@@ -135,13 +148,18 @@ class Model:
         if ms // DAY_MS != self.day:
             self.day, self.used = ms // DAY_MS, 0
 
-    def admits(self, tokens: int) -> bool:
-        rpm, tpm, tpd = self.limits.requests_per_minute, self.limits.tokens_per_minute, self.limits.tokens_per_day
-        return ((not rpm or self.r >= 1) and (not tpm or self.t >= min(tokens, tpm))
-                and (not tpd or self.used + min(tokens, tpd) <= tpd))
+    def admits_request(self) -> bool:
+        rpm = self.limits.requests_per_minute
+        return not rpm or self.r >= 1
 
-    def take(self, tokens: int) -> None:
+    def admits_tokens(self, tokens: int) -> bool:
+        tpm, tpd = self.limits.tokens_per_minute, self.limits.tokens_per_day
+        return (not tpm or self.t >= min(tokens, tpm)) and (not tpd or self.used + min(tokens, tpd) <= tpd)
+
+    def take_request(self) -> None:
         self.r -= 1
+
+    def take_tokens(self, tokens: int) -> None:
         self.t -= tokens
         self.used += tokens
 
@@ -176,19 +194,34 @@ class RateLimitMachine(RuleBasedStateMachine):
         self.ms += ms
 
     @precondition(lambda self: self.limits is not None)
+    @rule()
+    def request(self) -> None:
+        assert self.limits is not None and self.model is not None
+        self.model.advance(self.ms)
+        expected = self.model.admits_request()
+        try:
+            self.usage.take_request(self.limits, at(self.ms))
+        except RateLimited as refused:
+            assert not expected
+            self._check_retry(None, refused)
+            return
+        assert expected
+        self.model.take_request()
+
+    @precondition(lambda self: self.limits is not None)
     @rule(tokens=st.integers(0, 6000))
     def reserve(self, tokens: int) -> None:
         assert self.limits is not None and self.model is not None
         self.model.advance(self.ms)
-        expected = self.model.admits(tokens)
+        expected = self.model.admits_tokens(tokens)
         try:
-            receipt = self.usage.reserve(self.limits, tokens, at(self.ms))
+            receipt = self.usage.reserve_tokens(self.limits, tokens, at(self.ms))
         except RateLimited as refused:
             assert not expected
             self._check_retry(tokens, refused)
             return
         assert expected
-        self.model.take(tokens)
+        self.model.take_tokens(tokens)
         self.open.append((receipt, self.model.day))
 
     @precondition(lambda self: self.open)
@@ -210,7 +243,7 @@ class RateLimitMachine(RuleBasedStateMachine):
         probe.advance(self.limits, self.ms)
         before = (probe.tokens, probe.used)
         try:
-            receipt = probe.reserve(self.limits, 700, at(self.ms))
+            receipt = probe.reserve_tokens(self.limits, 700, at(self.ms))
         except RateLimited:
             return
         probe.settle(self.limits, receipt, 0, at(self.ms))
@@ -252,21 +285,27 @@ class RateLimitMachine(RuleBasedStateMachine):
                 level = before.requests if state.kind is LimitKind.REQUESTS_PER_MINUTE else before.tokens
                 assert level is not None and level < state.limit * 60_000
 
-    def _check_retry(self, tokens: int, refused: RateLimited) -> None:
-        """Retry-After is when the request fits (to the ms), if nothing else happens."""
+    def _check_retry(self, tokens: int | None, refused: RateLimited) -> None:
+        """Retry-After is when the request (`tokens` None) or the reservation fits (to the ms),
+        if nothing else happens."""
         assert self.limits is not None
+        limits = self.limits
+
+        def refusal(usage: ConsumerUsage, ms: int) -> Refusal | None:
+            return usage.request_refusal(limits, ms) if tokens is None else usage.token_refusal(limits, tokens, ms)
+
         usage = ConsumerUsage(self.usage.requests, self.usage.tokens, self.usage.stamp, self.usage.day,
                               self.usage.used)
-        usage.advance(self.limits, self.ms)
-        refusal = usage.refusal(self.limits, tokens, self.ms)
-        assert refusal is not None and refusal.limit is refused.limit
-        assert refused.retry_after == max(1, -(-refusal.wait_ms // 1000))
+        usage.advance(limits, self.ms)
+        found = refusal(usage, self.ms)
+        assert found is not None and found.limit is refused.limit
+        assert refused.retry_after == max(1, -(-found.wait_ms // 1000))
         ready = ConsumerUsage(usage.requests, usage.tokens, usage.stamp, usage.day, usage.used)
-        ready.advance(self.limits, self.ms + refusal.wait_ms)
-        assert ready.refusal(self.limits, tokens, self.ms + refusal.wait_ms) is None
+        ready.advance(limits, self.ms + found.wait_ms)
+        assert refusal(ready, self.ms + found.wait_ms) is None
         almost = ConsumerUsage(usage.requests, usage.tokens, usage.stamp, usage.day, usage.used)
-        almost.advance(self.limits, self.ms + refusal.wait_ms - 1)
-        assert almost.refusal(self.limits, tokens, self.ms + refusal.wait_ms - 1) is not None
+        almost.advance(limits, self.ms + found.wait_ms - 1)
+        assert refusal(almost, self.ms + found.wait_ms - 1) is not None
 
 
 RateLimitMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
@@ -285,9 +324,13 @@ def test_no_window_ever_takes_more_than_the_limit_plus_one_reservation(
     for dt, tokens in steps:
         ms += dt
         try:
-            usage.reserve(limits, tokens, at(ms))
+            usage.take_request(limits, at(ms))
         except RateLimited:
             continue
+        try:
+            usage.reserve_tokens(limits, tokens, at(ms))
+        except RateLimited:
+            tokens = 0  # counted as a request, refused for its tokens
         admitted.append((ms, tokens))
     for i, (start, _) in enumerate(admitted):
         taken = 0

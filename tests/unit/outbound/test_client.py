@@ -65,6 +65,9 @@ class Upstream:
         return OpenAICompatClient(self.sessions, name=name, base_url=url or self.url, **timeouts)
 
 
+PROXY_PAGE = "<html><body><h1>502 Bad Gateway</h1> 10.42.7.13:8012 <hr>nginx/1.25.3</body></html>"
+
+
 def error(status: int, message: str, flat: bool = False) -> web.Response:
     kind = "BadRequestError" if status < 500 else "InternalServerError"
     info: dict[str, Any] = {"message": message, "type": kind, "param": None, "code": status}
@@ -102,6 +105,13 @@ def make_app(state: Upstream) -> web.Application:
             return error(400, CONTEXT_TOO_LONG)
         if model == "garbage":
             return web.Response(text="<html>oops</html>", content_type="text/html")
+        if model in ("html502", "html404"):  # an ingress's page, naming what is behind it
+            status = 502 if model == "html502" else 404
+            return web.Response(text=PROXY_PAGE, content_type="text/html", status=status)
+        if model == "bare500":  # a proxy's JSON, not vLLM's shape
+            return web.json_response({"error": "backend 10.42.7.13:8012 down", "detail": "nginx"}, status=500)
+        if model == "long500":
+            return error(500, "x" * 2000)
         if model == "reset_headers" and request.transport is not None:
             request.transport.abort()
             await asyncio.sleep(1)
@@ -267,8 +277,25 @@ async def test_garbage_body_is_a_protocol_error(up: Upstream) -> None:
     c = up.client()
     with pytest.raises(UpstreamProtocolError):
         await c.complete(request("garbage"))
-    with pytest.raises(UpstreamProtocolError, match="not an event stream"):
+    with pytest.raises(UpstreamProtocolError, match="without an event stream") as caught:
         await collect(c, request("garbage"))
+    assert "oops" not in caught.value.message
+
+
+@pytest.mark.parametrize(("model", "status"), [("html502", 502), ("html404", 404), ("bare500", 500)])
+async def test_an_error_body_not_in_vllms_shape_is_never_shown(up: Upstream, model: str, status: int) -> None:
+    c = up.client()
+    for call in (c.complete, lambda r: collect(c, r)):
+        with pytest.raises((UpstreamError, UpstreamRejected)) as caught:
+            await call(request(model))
+        assert caught.value.status == (502 if status >= 500 else status)
+        assert caught.value.message == f"upstream '{c.name}' answered HTTP {status}"
+
+
+async def test_an_upstream_message_is_cut_at_500_characters(up: Upstream) -> None:
+    with pytest.raises(UpstreamError) as caught:
+        await up.client().complete(request("long500"))
+    assert caught.value.message == "x" * 500
 
 
 async def test_stall_before_headers_times_out(up: Upstream) -> None:
@@ -295,6 +322,7 @@ async def test_mid_stream_failure_is_a_final_error_chunk(
         assert chunks[-2].events == [TextDelta(text="The answer is")]
     [last] = chunks[-1].events
     assert isinstance(last, StreamError) and last.kind in kinds and last.status == status
+    assert "Error" not in last.message and "payload" not in last.message  # aiohttp's words stay in the log
 
 
 async def test_reset_before_headers_is_unavailable(up: Upstream) -> None:
@@ -310,8 +338,9 @@ async def test_non_http_answer_is_a_protocol_error(up: Upstream) -> None:
 
     async with await asyncio.start_server(spam, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
-        with pytest.raises(UpstreamProtocolError, match="malformed HTTP response"):
+        with pytest.raises(UpstreamProtocolError, match="malformed HTTP response") as caught:
             await up.client(f"http://127.0.0.1:{port}").complete(request("json"))
+        assert "SPAM" not in caught.value.message  # the parser quotes it: logged only
 
 
 async def test_refused_port_is_unavailable(up: Upstream) -> None:

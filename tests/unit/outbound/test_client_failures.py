@@ -16,6 +16,7 @@ import pytest
 
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from domain.canonical import ChatRequest, Message, StreamError, TextPart
+from domain.completions import CompletionRequest, EmbeddingRequest
 from domain.errors import (
     GatewayError,
     UpstreamError,
@@ -248,3 +249,68 @@ def test_the_retry_rule_never_retries_for_a_client_that_has_gone_or_an_answer_be
         FailureKind.CONNECT, FailureKind.RESET_BEFORE_HEAD, FailureKind.UNAVAILABLE,
     }  # fmt: skip
     assert not safe_to_retry(None) and not counts_against_replica(None)
+
+
+PROXY_PAGE = (b"<html><body><h1>502 Bad Gateway</h1><p>upstream 10.42.7.13:8012 connection refused</p>"
+              b"<hr>nginx/1.25.3</body></html>")
+# server action, kind, the message the client sees (complete, stream): the failure's kind and the
+# sanitized text both hold on every raise site (issue 19 part B with issue 23's kinds).
+MESSAGES = [
+    ("reset", FailureKind.RESET_BEFORE_HEAD, ("upstream 'up' is unreachable",) * 2),
+    (http("503 Service Unavailable"), FailureKind.UNAVAILABLE, ("upstream 'up' answered HTTP 503",) * 2),
+    (http("503 Service Unavailable", b'{"error":{"message":"loading","code":503}}'), FailureKind.UNAVAILABLE,
+     ("loading",) * 2),
+    (http("502 Bad Gateway", PROXY_PAGE, b"text/html"), FailureKind.SERVER_ERROR,
+     ("upstream 'up' answered HTTP 502",) * 2),
+    (http("500 Internal Server Error", b'{"detail":"Traceback ... /srv/app.py"}'), FailureKind.SERVER_ERROR,
+     ("upstream 'up' answered HTTP 500",) * 2),
+    (b"NOT HTTP AT ALL 10.42.7.13\r\n\r\n", FailureKind.MALFORMED_HEAD,
+     ("upstream 'up' sent a malformed HTTP response",) * 2),
+    (http("302 Found"), FailureKind.MALFORMED_HEAD, ("upstream 'up' answered HTTP 302",) * 2),
+    ("cut", FailureKind.AFTER_HEAD, ("upstream 'up' connection failed mid-answer",) * 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize(("action", "kind", "messages"), MESSAGES)
+async def test_each_failure_keeps_its_kind_and_its_sanitized_message(
+    serve: object, calls: object, action: bytes | str, kind: FailureKind, messages: tuple[str, str], stream: bool,
+) -> None:
+    server = await serve(action)  # type: ignore[operator]
+    exc = await failure_of(calls(server.url), stream)  # type: ignore[operator]
+    assert exc.failure is kind
+    assert exc.message == messages[stream]
+    assert server.url.rsplit(":", 1)[1] not in exc.message  # the address stays in the log
+
+
+async def test_a_stream_answered_with_a_page_is_malformed_and_shows_nothing_of_it(
+    serve: object, calls: object
+) -> None:
+    server = await serve(http("200 OK", PROXY_PAGE, b"text/html"))  # type: ignore[operator]
+    exc = await failure_of(calls(server.url), stream=True)  # type: ignore[operator]
+    assert isinstance(exc, UpstreamProtocolError) and exc.failure is FailureKind.MALFORMED_HEAD
+    assert exc.message == "upstream 'up' answered a stream request without an event stream"
+
+
+async def _text_or_embedding_failure(client: OpenAICompatClient, operation: str) -> GatewayError:
+    with pytest.raises(GatewayError) as caught:
+        if operation == "text":
+            await client.complete_text(CompletionRequest(model="m", prompt=["hi"]))
+        elif operation == "text_stream":
+            async with client.open_text_stream(CompletionRequest(model="m", prompt=["hi"], stream=True)) as batches:
+                async for _ in batches:
+                    pass
+        else:
+            await client.embed(EmbeddingRequest(model="m", inputs=["hi"]))
+    return caught.value
+
+
+@pytest.mark.parametrize("operation", ["text", "text_stream", "embed"])
+@pytest.mark.parametrize(("action", "kind", "messages"), MESSAGES)
+async def test_text_completions_and_embeddings_fail_the_same_way(
+    serve: object, calls: object, action: bytes | str, kind: FailureKind, messages: tuple[str, str], operation: str,
+) -> None:
+    server = await serve(action)  # type: ignore[operator]
+    exc = await _text_or_embedding_failure(calls(server.url), operation)  # type: ignore[operator]
+    assert exc.failure is kind
+    assert exc.message == messages[operation == "text_stream"]

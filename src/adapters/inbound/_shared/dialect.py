@@ -3,8 +3,11 @@
 A dialect is a package under `adapters/inbound/` exposing `router(context) -> Router`.
 Bootstrap lists the dialects it serves; adding one touches nothing in domain, ports,
 application or outbound code. `dialect_router` gives each the same edge: one record
-per request, the header-size limit, the API key (when required), the body-size limit, and
-every failure (Litestar's 404/405/413 included) rendered by the dialect's own `ErrorRenderer`.
+per request, the header-size limit, the API key (when required), the consumer's request
+count and in-flight slot (on the handlers marked `METERED`: those that reach a model), the
+body-size limit, and every failure (Litestar's 404/405/413 included) rendered by the
+dialect's own `ErrorRenderer`. Everything up to the consumer slot is decided before the
+body is read: a refused request costs no body and no decode.
 """
 
 from __future__ import annotations
@@ -49,19 +52,28 @@ class EdgeContext:
 DialectRouter = Callable[[EdgeContext], Router]
 """What a dialect package exports as `router`, and what bootstrap's `DIALECTS` lists."""
 
+# A route handler's `opt`: its requests count toward the consumer's requests_per_minute and
+# max_in_flight (every handler that reaches a model; not the model list or unknown paths).
+_METERED = "consumer_limits"
+METERED = {_METERED: True}
+
 # Methods a dialect answers itself when a path does not take them (OPTIONS stays
 # Litestar's, for CORS preflights; HEAD is answered by Litestar's routing).
 _METHODS = {HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH, HttpMethod.DELETE}
 
 
-def _edge_guard(limit: int, store: CredentialStore | None) -> Callable[[Any, BaseRouteHandler], Awaitable[None]]:
-    """The head's size, then the key, before anything else can refuse.
+def _edge_guard(
+    limit: int, store: CredentialStore | None, service: ChatService
+) -> Callable[[Any, BaseRouteHandler], Awaitable[None]]:
+    """The head's size, then the key, then (metered handlers) the consumer's request count and
+    slot: before the body is read, before anything else can refuse.
 
-    One guard for both, and `async`: Litestar copies the route handler for every guard it
-    runs, and runs a plain-function guard in a worker thread, per request.
+    One guard for all, and `async`: Litestar copies the route handler for every guard it
+    runs, and runs a plain-function guard in a worker thread, per request. The slot is held
+    on the request's `Call` and released by the edge middleware when the request ends.
     """
 
-    async def guard(connection: Any, _: BaseRouteHandler) -> None:
+    async def guard(connection: Any, handler: BaseRouteHandler) -> None:
         call = call_of(connection)
         size = call.header_bytes
         if limit and size > limit:
@@ -70,6 +82,8 @@ def _edge_guard(limit: int, store: CredentialStore | None) -> Callable[[Any, Bas
             )
         if store is not None:
             identify(call, connection.scope["headers"], store)
+            if handler.opt.get(_METERED):
+                call.door = await service.admit(call.identity.consumer, call.record)
 
     return guard
 
@@ -109,7 +123,7 @@ def dialect_router(
     limit = context.limits.max_header_bytes
     observer = context.observer
     store = context.credentials
-    guards = [_edge_guard(limit, store)] if limit or store is not None else []
+    guards = [_edge_guard(limit, store, context.service)] if limit or store is not None else []
 
     def edge(app: Any) -> EdgeMiddleware:  # a function: Litestar deep-copies the Router, not closures
         return EdgeMiddleware(app, surface, observer)

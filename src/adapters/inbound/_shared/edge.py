@@ -9,7 +9,9 @@ Hang-ups: Litestar stops a streaming body when `http.disconnect` arrives, but no
 notices a client that leaves while its handler has sent nothing yet (queued, or
 waiting on a non-streaming upstream). `Call.watch` covers that: after the body is
 read, a small task waits on `receive()` and cancels the handler's task; the
-middleware absorbs that cancellation and records a 499.
+middleware absorbs that cancellation and records a 499. A client that stops reading
+is dropped below the app (`http_guard`, `client_write_timeout_seconds`), which the app
+sees as a hang-up; `note_stalled` marks the request so its record says `client_stalled`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from litestar.exceptions import InternalServerException
 from litestar.response import Stream
 
 from adapters.inbound._shared.limits import MAX_MODEL_CHARS
+from application.consumer_limits import Door
 from domain.consumers import ANONYMOUS_IDENTITY, Identity, RateSnapshot
 from domain.errors import GatewayError, RequestTimeout
 from domain.records import RequestRecord
@@ -35,6 +38,7 @@ _KEY = "gateway.call"
 # cancellation per request cost more than a fast answer; a hang-up is noticed this late.
 _WATCH_AFTER = 0.005
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # nginx/ingress: do not buffer
+CLIENT_STALLED = "client_stalled"  # the record's error_kind of a client dropped for not reading
 
 
 class ClientGone(GatewayError):
@@ -54,8 +58,8 @@ class Closable(Protocol):
 class Call:
     """One request at the edge: its id, its record, and its hang-up watcher."""
 
-    __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "gone", "header_bytes",
-                 "identity", "record", "request_id", "started")  # fmt: skip
+    __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "door", "gone", "header_bytes",
+                 "identity", "record", "request_id", "stalled", "started")  # fmt: skip
 
     def __init__(self, scope: Any, receive: Any, surface: str) -> None:
         self._t0 = time.perf_counter()
@@ -64,10 +68,12 @@ class Call:
         self._watcher: asyncio.Task[None] | asyncio.TimerHandle | None = None
         self._cancelled = False
         self.gone = False
+        self.stalled = False  # dropped for not reading its answer (`note_stalled`)
         self.started = False
         self.body: Closable | None = None  # a streaming body, closed by the middleware
         # Who the request is for: the auth guard replaces it when keys are required.
         self.identity: Identity = ANONYMOUS_IDENTITY
+        self.door: Door | None = None  # the consumer slot the guard took, released at the end
         # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         incoming: bytes | None = None
@@ -142,6 +148,15 @@ def call_of(request: Request[Any, Any, Any]) -> Call:
     return call
 
 
+def note_stalled(scope: Any) -> str | None:
+    """Mark the request of `scope` as dropped for not reading; its request id, if it has one."""
+    call: Call | None = (scope.get("state") or {}).get(_KEY)
+    if call is None:
+        return None
+    call.stalled = True
+    return call.request_id
+
+
 class EdgeMiddleware:
     """Per request: its `Call`, `x-request-id` on the response, one record for the observer."""
 
@@ -158,26 +173,46 @@ class EdgeMiddleware:
         request_id = (b"x-request-id", call.request_id.encode())
         record = call.record
 
+        answered = False  # the last byte of the response was handed to the server
+
         async def send_with_id(message: Any) -> None:
-            if message["type"] == "http.response.start":
+            nonlocal answered
+            kind = message["type"]
+            if kind == "http.response.start":
                 call.started = True
                 record.status = message["status"]
                 message["headers"] = [*message.get("headers", ()), request_id]
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                answered = True
             await send(message)
+
+        async def receive_noting_hang_up() -> Any:
+            message = await receive()
+            # After the last byte the server reports every request as disconnected: not a hang-up.
+            if message["type"] == "http.disconnect" and not answered:
+                call.gone = True  # a stream stops at its next frame (`StreamBody`)
+            return message
 
         handle = self._observer.request_started(record, scope["headers"])
         try:
-            await self._app(scope, receive, send_with_id)
+            await self._app(scope, receive_noting_hang_up, send_with_id)
         except asyncio.CancelledError:
             if not call.absorb_cancel():
                 raise
         finally:
             call.stop_watching()
-            body = call.body
-            if body is not None:
-                if not body.finished:  # Litestar stopped iterating: the client left mid-stream
-                    call.gone = True
-                await body.aclose()  # Litestar does not close it; its `finally` frees the slot now
+            body, door = call.body, call.door
+            try:
+                if body is not None:
+                    if not body.finished:  # Litestar stopped iterating: the client left mid-stream
+                        call.gone = True
+                    await body.aclose()  # Litestar does not close it; its `finally` frees the slot now
+            finally:
+                if door is not None:
+                    await door.release()  # the consumer's slot, taken by the edge guard
+            if call.stalled:  # dropped below the app: to the app it was a hang-up
+                call.gone = True
+                record.error_kind = CLIENT_STALLED
             self._observer.request_finished(call.close_record(), handle)
 
 
@@ -201,13 +236,20 @@ class StreamBody:
 
     The middleware closes it after the response, so a generator Litestar stopped
     iterating (a hang-up during a send) runs its `finally` at once, not at GC.
+
+    It also ends at the first frame asked for after the client left. Litestar cancels its
+    sending task on `http.disconnect`, but anyio delivers that cancellation only while the
+    task waits on something not yet ready: a fast upstream whose data is always ready keeps
+    it running (uvicorn's `send` on a lost connection returns at once), so without this the
+    slot would be held until the upstream paused.
     """
 
-    __slots__ = ("_first", "_rest", "finished")
+    __slots__ = ("_call", "_first", "_rest", "finished")
 
-    def __init__(self, first: bytes, rest: AsyncIterator[bytes]) -> None:
+    def __init__(self, first: bytes, rest: AsyncIterator[bytes], call: Call) -> None:
         self._first: bytes | None = first
         self._rest = rest
+        self._call = call
         self.finished = False
 
     def __aiter__(self) -> StreamBody:
@@ -218,6 +260,8 @@ class StreamBody:
         if first is not None:
             self._first = None
             return first
+        if self._call.gone or self._call.stalled:
+            raise StopAsyncIteration  # not `finished`: the middleware records the hang-up
         try:
             return await self._rest.__anext__()
         except StopAsyncIteration:
@@ -241,7 +285,7 @@ async def stream_response(
     """
     first = await frames.__anext__()
     call.stop_watching()  # from here Litestar watches for the hang-up
-    body = call.body = StreamBody(first, frames)
+    body = call.body = StreamBody(first, frames, call)
     all_headers = _SSE_HEADERS if headers is None else {**_SSE_HEADERS, **headers}
     rate = call.record.rate
     if rate is not None and rate_headers is not None:

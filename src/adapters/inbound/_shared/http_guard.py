@@ -1,10 +1,12 @@
-"""Bounds on the request head, below the ASGI app: uvicorn's httptools protocol has none.
+"""Bounds below the ASGI app that uvicorn's httptools protocol lacks: the request head, a stalled reader.
 
 Out of the box, uvicorn with httptools buffers request headers of any size (tried: 20 MB
-are accepted) and waits forever for a connection that never completes its headers, and
-it has no option for either. This subclass adds the two bounds and nothing else; it
-overrides only asyncio's protocol callbacks and httptools' parser callbacks, each calling
-uvicorn's own first, and reads only public attributes (`transport`, `loop`, `cycle`):
+are accepted), waits forever for a connection that never completes its headers, and
+waits forever to write to a client that stops reading, with no option for any of them.
+This subclass adds the three bounds and nothing else; it overrides only asyncio's
+protocol callbacks and httptools' parser callbacks, each calling uvicorn's own, and reads
+only public attributes (`transport`, `loop`, `cycle` and its `scope` and
+`response_complete`):
 
 - Head size: bytes received while the head is still incomplete are counted; past
   `max_bytes` the connection gets a plain-text 431 and is closed. A head that fits in
@@ -15,7 +17,19 @@ uvicorn's own first, and reads only public attributes (`transport`, `loop`, `cyc
   opening or of that request's first byte, on one event-loop timer (`loop.call_later`);
   otherwise it gets a plain-text 408 and is closed (slowloris, idle connections that
   never send a request). Between requests an idle connection is uvicorn's business
-  (its `timeout_keep_alive`).
+  (its `timeout_keep_alive`, the gateway's `keep_alive_timeout_seconds`).
+- Stalled readers: when the transport's write buffer passes its high-water mark, asyncio
+  calls `pause_writing` and uvicorn's `send` waits (its flow control) until
+  `resume_writing`. A client that stops reading would hold that wait, and the request's
+  slot, forever: while writing is paused, the client must take in `PROGRESS` bytes (the
+  buffer shrinks by that much) in every `write_timeout` seconds, or the connection is
+  aborted. A slow client that reads a large answer steadily is not dropped; one that
+  trickles a few bytes to keep it open is. uvicorn then sees a lost connection and the
+  app an `http.disconnect`, so the request ends exactly as a hang-up does (the edge frees
+  the slot and closes the upstream response); the edge labels it `client_stalled`
+  (`note_stalled`, on the request's scope). A timeout around the app's `send` could end
+  the request but not the connection: ASGI has no abort, and closing waits to flush a
+  buffer the client never reads.
 
 Requests that pass reach the app unchanged.
 """
@@ -23,9 +37,15 @@ Requests that pass reach the app unchanged.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from adapters.inbound._shared.edge import note_stalled
+
+log = logging.getLogger("gateway.edge")
+PROGRESS = 64 * 1024  # bytes a paused writer's client must take in per write timeout
 
 _STATUS_LINES = {
     408: b"HTTP/1.1 408 Request Timeout\r\n",
@@ -38,6 +58,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     max_bytes = 128 * 1024
     timeout = 10.0
+    write_timeout = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -45,6 +66,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_fresh = False  # the current head began inside the chunk being parsed
         self._head_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._stall_mark = 0  # the write buffer's size when the stall timer was (re)armed
 
     # asyncio.Protocol callbacks
 
@@ -54,7 +77,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        self._disarm_stall_timer()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall_timer is None:
+            self._arm_stall_timer()
+
+    def resume_writing(self) -> None:
+        self._disarm_stall_timer()
+        super().resume_writing()
 
     def data_received(self, data: bytes) -> None:
         self._head_fresh = False
@@ -91,6 +124,29 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = None
         self._refuse(408, "Request headers not received in time.")
 
+    def _disarm_stall_timer(self) -> None:
+        timer, self._stall_timer = self._stall_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _arm_stall_timer(self) -> None:
+        self._stall_mark = self.transport.get_write_buffer_size()
+        self._stall_timer = self.loop.call_later(self.write_timeout, self._stall_check)
+
+    def _stall_check(self) -> None:
+        """Writing stayed paused for `write_timeout`: drop the client unless it is reading."""
+        self._stall_timer = None
+        if self.transport.get_write_buffer_size() <= self._stall_mark - PROGRESS:
+            self._arm_stall_timer()  # slow, but reading
+            return
+        cycle = self.cycle
+        if cycle is not None:
+            request_id = note_stalled(cycle.scope)
+            if cycle.response_complete:  # its access-log line is written: say it here
+                log.warning("request %s: the client stopped reading its answer for %gs; connection dropped",
+                            request_id, self.write_timeout, extra={"request_id": request_id})
+        self.transport.abort()
+
     def _refuse(self, status: int, message: str) -> None:
         self._in_head = False
         self._disarm_head_timer()
@@ -112,6 +168,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         transport.close()
 
 
-def guarded_protocol(max_bytes: int, timeout: float) -> type[GuardedHttpToolsProtocol]:
+def guarded_protocol(max_bytes: int, timeout: float, write_timeout: float = 30.0) -> type[GuardedHttpToolsProtocol]:
     """The protocol class for uvicorn's `http=` setting, with these bounds."""
-    return type("GatewayHttpProtocol", (GuardedHttpToolsProtocol,), {"max_bytes": max_bytes, "timeout": timeout})
+    bounds = {"max_bytes": max_bytes, "timeout": timeout, "write_timeout": write_timeout}
+    return type("GatewayHttpProtocol", (GuardedHttpToolsProtocol,), bounds)

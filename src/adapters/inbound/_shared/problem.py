@@ -65,7 +65,7 @@ def error_info(error: GatewayError) -> ErrorInfo:
     kind = error_type(error.status)
     if isinstance(error, RateLimited):  # OpenAI's code, and its type: which limit ran out
         code = "rate_limit_exceeded"
-        kind = "requests" if error.limit is LimitKind.REQUESTS_PER_MINUTE else "tokens"
+        kind = "tokens" if error.limit in (LimitKind.TOKENS_PER_MINUTE, LimitKind.TOKENS_PER_DAY) else "requests"
     return ErrorInfo(message=error.message, type=kind, param=param, code=code)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from litestar import Request, Response, Router, get, post
 
-from adapters.inbound._shared.dialect import EdgeContext, dialect_router
+from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
@@ -57,7 +57,7 @@ def router(context: EdgeContext) -> Router:
         "/v1/messages", status_code=200, summary="Anthropic message", operation_id="Anthropic_message",
         dependencies=request_body(wire.MessagesParams),
         responses=responses(wire.MessageOut, wire.ErrorBody, JSON, REQUEST_ERRORS),
-        operation_class=operation_class(events=EVENT),
+        operation_class=operation_class(events=EVENT), opt=METERED,
     )
     async def messages(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
         call = call_of(request)
@@ -85,7 +85,7 @@ def router(context: EdgeContext) -> Router:
         "/v1/messages/count_tokens", status_code=200, summary="Anthropic token count",
         operation_id="Anthropic_token_count", dependencies=request_body(wire.CountTokensParams),
         responses=responses(wire.TokenCount, wire.ErrorBody, JSON, sorted([*REQUEST_ERRORS, 501])),
-        operation_class=operation_class(),
+        operation_class=operation_class(), opt=METERED,  # counts like any request (its own call upstream)
     )
     async def count_tokens(request: Request[Any, Any, Any]) -> Response[bytes]:
         call = call_of(request)

@@ -16,7 +16,7 @@ from typing import Any
 from litestar import Request, Response, Router, get, post
 from litestar.handlers import HTTPRouteHandler
 
-from adapters.inbound._shared.dialect import EdgeContext, dialect_router
+from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
 from adapters.inbound._shared.limits import InputLimits
@@ -56,7 +56,7 @@ def router(context: EdgeContext) -> Router:
         "/chat/completions", status_code=200, summary="OpenAI chat completion",
         operation_id="OpenAI_chat_completion", dependencies=request_body(wire.ChatCompletionRequest),
         responses=responses(wire.ChatCompletion, wire.Problem, PROBLEM, REQUEST_ERRORS),
-        operation_class=operation_class(events=EVENT),
+        operation_class=operation_class(events=EVENT), opt=METERED,
     )
     async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
         call = call_of(request)
@@ -93,7 +93,7 @@ def text_completions_handler(service: CompletionService, limits: InputLimits) ->
         "/completions", status_code=200, summary="OpenAI text completion", operation_id="OpenAI_completion",
         dependencies=request_body(cw.CompletionRequest),
         responses=responses(cw.TextCompletion, wire.Problem, PROBLEM, REQUEST_ERRORS),
-        operation_class=operation_class(events=TEXT_EVENT),
+        operation_class=operation_class(events=TEXT_EVENT), opt=METERED,
     )
     async def completions(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
         call = call_of(request)
@@ -121,7 +121,7 @@ def embeddings_handler(service: EmbeddingService, limits: InputLimits) -> HTTPRo
         "/embeddings", status_code=200, summary="OpenAI embeddings", operation_id="OpenAI_embeddings",
         dependencies=request_body(cw.EmbeddingRequest),
         responses=responses(cw.EmbeddingList, wire.Problem, PROBLEM, REQUEST_ERRORS),
-        operation_class=operation_class(),
+        operation_class=operation_class(), opt=METERED,
     )
     async def embeddings(request: Request[Any, Any, Any]) -> Response[bytes]:
         call = call_of(request)

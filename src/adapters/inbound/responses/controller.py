@@ -19,7 +19,7 @@ from typing import Any
 
 from litestar import Request, Response, Router, post
 
-from adapters.inbound._shared.dialect import EdgeContext, dialect_router
+from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import as_gateway_error
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
@@ -56,7 +56,7 @@ def router(context: EdgeContext) -> Router:
         "/responses", status_code=200, summary="OpenAI Responses API: create a response",
         operation_id="OpenAI_create_response", dependencies=request_body(w.CreateResponse),
         responses=responses(o.ResponseObject, Problem, PROBLEM, REQUEST_ERRORS),
-        operation_class=operation_class(events=EVENT),
+        operation_class=operation_class(events=EVENT), opt=METERED,
     )
     async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:  # or a Stream
         call = call_of(request)

@@ -242,9 +242,9 @@ class OpenAICompatClient:
                 try:
                     await self._check_status(resp)
                     if resp.content_type != "text/event-stream":
-                        message = _error_message(await self._read_all(resp))
+                        await self._read_all(resp)
                         raise UpstreamProtocolError(
-                            f"upstream '{self.name}' answered {resp.content_type}, not an event stream: {message}",
+                            f"upstream '{self.name}' answered a stream request without an event stream",
                             failure=FailureKind.MALFORMED_HEAD,
                         )
                     yield stream
@@ -305,9 +305,10 @@ class OpenAICompatClient:
             kind = FailureKind.CONNECT if connect else FailureKind.RESET_BEFORE_HEAD
             raise UpstreamUnavailable(f"upstream '{self.name}' is unreachable", failure=kind) from exc
         except aiohttp.ClientResponseError as exc:  # unparsable status line or headers
+            # The parser's text quotes what the upstream sent: logged, never shown to clients.
+            log.warning("upstream %s sent a malformed HTTP response: %s", self.name, exc)
             raise UpstreamProtocolError(
-                f"upstream '{self.name}' sent a malformed HTTP response: {' '.join(exc.message.split())}",
-                failure=FailureKind.MALFORMED_HEAD,
+                f"upstream '{self.name}' sent a malformed HTTP response", failure=FailureKind.MALFORMED_HEAD
             ) from exc
         except aiohttp.ClientError as exc:  # none of the above: not classified, so never retried
             log.warning("upstream %s request failed: %s", self.name, exc)
@@ -348,8 +349,10 @@ class OpenAICompatClient:
                 f"upstream '{self.name}' sent nothing for {self._idle:g}s", failure=FailureKind.AFTER_HEAD
             ) from exc
         except aiohttp.ClientError as exc:
+            # e.g. "ContentLengthError ... ConnectionResetError(104, ...)": logged, never shown.
+            log.warning("upstream %s connection failed mid-answer: %r", self.name, exc)
             raise UpstreamError(
-                f"upstream '{self.name}' connection failed mid-answer: {exc}", failure=FailureKind.AFTER_HEAD
+                f"upstream '{self.name}' connection failed mid-answer", failure=FailureKind.AFTER_HEAD
             ) from exc
 
     async def _check_status(self, resp: aiohttp.ClientResponse) -> None:
@@ -359,15 +362,15 @@ class OpenAICompatClient:
             return
         kind = FailureKind.UNAVAILABLE if status == 503 else FailureKind.SERVER_ERROR
         try:
-            message = _error_message(await self._read_all(resp))
+            message = _error_message(await self._read_all(resp)) or f"upstream '{self.name}' answered HTTP {status}"
         except GatewayError as exc:
             if status >= 500:  # the head already said what failed; the error body is only its text
                 exc.failure = kind
             raise
         if 400 <= status < 500:
-            raise upstream_rejection(status, message or f"upstream answered HTTP {status}")
+            raise upstream_rejection(status, message)
         if status >= 500:
-            raise UpstreamError(message or f"upstream '{self.name}' answered HTTP {status}", failure=kind)
+            raise UpstreamError(message, failure=kind)
         raise UpstreamProtocolError(
             f"upstream '{self.name}' answered HTTP {status}", failure=FailureKind.MALFORMED_HEAD
         )
@@ -388,9 +391,12 @@ def _end_span(span: Span | None, exc: BaseException | None) -> None:
 
 
 def _error_message(raw: bytes) -> str | None:
-    """The message of vLLM's nested or flat error envelope, else the body's text."""
+    """The message of vLLM's nested or flat error envelope (cut at 500 characters), else None.
+
+    Any other body (an ingress's HTML 502 naming a pod address and its server version, a
+    proxy's text) is never shown to a client: the caller says "answered HTTP N" instead.
+    """
     try:
-        message = ERROR_DECODER.decode(raw).error_message()
+        return ERROR_DECODER.decode(raw).error_message()
     except msgspec.DecodeError:
-        message = None
-    return message or raw.decode("utf-8", "replace").strip()[:500] or None
+        return None

@@ -15,6 +15,8 @@ from msgspec import Struct
 
 from domain.canonical import Usage
 
+MAX_MESSAGE = 500  # characters of an upstream's error message a client may see
+
 
 class View(Struct, kw_only=True):
     """Base of every view: keyword-only, all fields optional with defaults."""
@@ -46,7 +48,8 @@ class ErrorInfo(View):
 class ErrorFields(View):
     """Both vLLM error envelopes: nested `error`, or flat `{"object":"error",...}`.
 
-    `error` may also be a bare string (some proxies); `detail` is FastAPI's default.
+    `error` may also be a bare string (some proxies); `detail` is FastAPI's default. Either
+    still marks an error, but only vLLM's own shapes give a message a client may see.
     """
 
     error: ErrorInfo | str | None = None
@@ -61,17 +64,14 @@ class ErrorFields(View):
         return self.error is not None or self.object == "error"
 
     def error_message(self) -> str | None:
+        """vLLM's message (`{"error":{"message":...}}` or `{"object":"error","message":...}`), at
+        most `MAX_MESSAGE` characters; None for any other body (the caller words its own)."""
         err = self.error
         if isinstance(err, ErrorInfo) and err.message:
-            return err.message
-        if isinstance(err, str) and err:
-            return err
-        if self.message:
-            return self.message
-        detail = self.detail
-        if detail is None or isinstance(detail, str):
-            return detail
-        return msgspec.json.encode(detail).decode()[:500]
+            return err.message[:MAX_MESSAGE]
+        if self.object == "error" and self.message:
+            return self.message[:MAX_MESSAGE]
+        return None
 
     def error_code(self) -> int | None:
         """The HTTP status the upstream attached to the error, if it is one."""

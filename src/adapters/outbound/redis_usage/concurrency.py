@@ -9,7 +9,9 @@ asks Redis (one script call). It tries again when a release anywhere is publishe
 `consumers:free` channel (one pub/sub connection per process), when a local slot is
 released, or after `recheck_seconds` at the latest (a lapsed lease publishes nothing, and
 a message sent while the listener was reconnecting is lost). Across processes the order
-is not FIFO: whichever head asks first after a release gets the slot.
+is not FIFO: whichever head asks first after a release gets the slot. `max_waiting` bounds
+the waiters of a consumer per process: a request that gets no slot at its first try (or
+finds others waiting) is refused when that many already wait.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections import deque
 from itertools import count
 from typing import Any
 
-from adapters.outbound.memory_usage import UNLIMITED_SLOT, UnlimitedSlot
+from adapters.outbound.memory_usage import UNLIMITED_SLOT, UnlimitedSlot, too_many_waiting
 from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect, prepare, run_scripts
 from adapters.outbound.redis_usage import scripts
 from adapters.outbound.redis_usage.tasks import Detached
@@ -36,11 +38,12 @@ _RETRY_SECONDS = 0.5  # pause before resubscribing after a pub/sub failure
 class _Waiter:
     """A place in a local FIFO; `wake` before `sleep` is remembered, never lost."""
 
-    __slots__ = ("_fut", "woken")
+    __slots__ = ("_fut", "waiting", "woken")
 
     def __init__(self) -> None:
         self._fut: asyncio.Future[None] | None = None
         self.woken = False
+        self.waiting = False  # no slot at its first try (or not first in line): one of the waiters
 
     def wake(self) -> None:
         self.woken = True
@@ -129,7 +132,7 @@ class RedisConsumerConcurrency:
         await self._tasks.wait(2.0)
         await self._redis.aclose()
 
-    async def acquire(self, consumer: Consumer, timeout: float) -> UnlimitedSlot | RedisSlot:
+    async def acquire(self, consumer: Consumer, timeout: float, max_waiting: int) -> UnlimitedSlot | RedisSlot:
         cap = consumer.limits.max_in_flight
         if cap is None:
             return UNLIMITED_SLOT
@@ -150,6 +153,10 @@ class RedisConsumerConcurrency:
                     slot = await self._try(name, cap)
                     if slot is not None:
                         return slot
+                if not waiter.waiting:  # it would wait: only if fewer than max_waiting do
+                    if sum(w.waiting for w in queue) >= max_waiting:
+                        raise too_many_waiting(max_waiting)
+                    waiter.waiting = True
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise QueueTimeout(1)

@@ -1,7 +1,8 @@
 """The Lua scripts of the Redis consumer counters, and their key layout.
 
-Each operation is ONE script, so "check every limit and reserve" is atomic across all
-gateway processes. The rate scripts compute exactly what `domain.rate_limits` computes
+Each operation is ONE script, so "check and take" is atomic across all gateway processes:
+one request (`TAKE_REQUEST`, before the body is read) or a token estimate in every token
+limit (`RESERVE_TOKENS`, after decoding). The rate scripts compute exactly what `domain.rate_limits` computes
 (same integer units, same order of steps) and reply with the state after the step, so
 the snapshot and Retry-After are derived by the domain code itself, never twice.
 
@@ -74,15 +75,22 @@ end
 local function reply(code) return {code, now, r or 0, tk or 0, day, used} end
 """
 
-# ARGV[5]: tokens (the estimate, >= 0). Reply {admitted 1|0, now, r, t, day, used}: the
-# state after the reservation, or as it is (nothing taken) when refused.
-RESERVE = _RATE + """
+# One request of requests_per_minute, before the body is read. Reply {admitted 1|0, now, r,
+# t, day, used}: the state after taking it, or as it is (nothing taken) when refused.
+TAKE_REQUEST = _RATE + """
+if r and r < S then return reply(0) end
+if r then r = r - S end
+store()
+return reply(1)
+"""
+
+# ARGV[5]: tokens (the estimate, >= 0), reserved in every token limit or in none. Reply as
+# TAKE_REQUEST's.
+RESERVE_TOKENS = _RATE + """
 local tokens = tonumber(ARGV[5])
-if (r and r < S) or (tk and tk < math.min(tokens, tpm) * S)
-    or (tpd and used + math.min(tokens, tpd) > tpd) then
+if (tk and tk < math.min(tokens, tpm) * S) or (tpd and used + math.min(tokens, tpd) > tpd) then
   return reply(0)
 end
-if r then r = r - S end
 if tk then tk = tk - tokens * S end
 if tpd then used = used + tokens end
 store()

@@ -1,0 +1,157 @@
+"""Cheap refusals first (issue 19), through real gateways: the key, then the consumer's request
+count and its in-flight slot are decided before the body is read; only token limits wait
+for the decoded body. `count_tokens` counts like any request, and so does every other path
+that reaches a model (`/v1/responses`, `/v1/completions`, `/v1/embeddings`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from aiohttp import web
+from tests.contract.limits.test_consumer_limits import LIMITED_KEY, OTHER_KEY, USER, _auth, _keys, _metrics
+from tests.support.processes import Proc, Processes, free_port, upstream_toml
+
+PATHS = {"/v1": "/v1/chat/completions", "/llm": "/llm/v1/messages", "responses": "/v1/responses",
+         "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
+COUNT = "/llm/v1/messages/count_tokens"
+_CHAT = {"model": "plain", "messages": USER, "max_tokens": 8}
+BODIES: dict[str, dict[str, object]] = {
+    "/v1/chat/completions": _CHAT, "/llm/v1/messages": _CHAT, COUNT: _CHAT,
+    "/v1/responses": {"model": "plain", "input": "hi", "max_output_tokens": 8},
+    "/v1/completions": {"model": "plain", "prompt": "hi", "max_tokens": 8},
+    "/v1/embeddings": {"model": "plain", "input": "hi"},
+}
+
+
+async def _post(c: httpx.AsyncClient, gw: Proc, path: str, key: str, content: bytes | None = None) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    body = content if content is not None else json.dumps(BODIES[path])
+    return await c.post(gw.url + path, content=body, headers=headers)
+
+
+def _check_429(answer: httpx.Response, path: str, limit_type: str = "requests") -> None:
+    assert answer.status_code == 429, answer.text
+    assert int(answer.headers["retry-after"]) >= 1
+    if path.startswith("/v1"):
+        assert answer.headers["content-type"].startswith("application/problem+json")
+        error = answer.json()["error"]
+        assert error["code"] == "rate_limit_exceeded" and error["type"] == limit_type
+    else:
+        assert answer.json()["error"]["type"] == "rate_limit_error"
+
+
+@pytest.mark.parametrize("surface", sorted(PATHS))
+async def test_a_rate_limited_keys_body_is_never_parsed(procs: Processes, tmp_path: Path, surface: str) -> None:
+    """3 MB of invalid JSON from a key over its requests_per_minute: 429, not 400."""
+    stub = procs.stub("--tokens", "2")
+    gw = procs.gateway(upstream_toml("plain", stub.url, ["plain"])
+                       + _auth(_keys(tmp_path / "keys.toml", "requests_per_minute = 1")))
+    path = PATHS[surface]
+    async with httpx.AsyncClient(timeout=30) as c:
+        assert (await _post(c, gw, path, LIMITED_KEY)).status_code == 200
+        garbage = b'{"model": "plain", "input": [' + b"x" * 3_000_000
+        _check_429(await _post(c, gw, path, LIMITED_KEY, garbage), path)
+        # the same body from a key with quota is read and refused as what it is
+        assert (await _post(c, gw, path, OTHER_KEY, garbage)).status_code == 400
+
+
+def _head(path: str, key: str, length: int) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n").encode()
+
+
+@pytest.mark.parametrize("surface", sorted(PATHS))
+async def test_a_key_without_quota_is_refused_before_its_body_is_sent(
+    procs: Processes, tmp_path: Path, surface: str
+) -> None:
+    """The client sends only the head of a 4 MiB request: the 429 comes back without the body."""
+    stub = procs.stub("--tokens", "2")
+    gw = procs.gateway(upstream_toml("plain", stub.url, ["plain"])
+                       + _auth(_keys(tmp_path / "keys.toml", "requests_per_minute = 1")))
+    path = PATHS[surface]
+    async with httpx.AsyncClient(timeout=30) as c:
+        assert (await _post(c, gw, path, LIMITED_KEY)).status_code == 200
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(_head(path, LIMITED_KEY, 4 * 1024 * 1024))  # the head only: not a byte of the body
+        sock.settimeout(5)  # well below body_timeout_seconds (30): a gateway reading the body would wait
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 429 "), answer[:200]
+    assert b"retry-after: " in answer.lower()
+
+
+@pytest.fixture
+async def tokenizer() -> AsyncIterator[tuple[str, list[float]]]:
+    """A recording upstream answering /tokenize after 0.5 s; the times of the calls it got."""
+    calls: list[float] = []
+
+    async def tokenize(request: web.Request) -> web.Response:
+        calls.append(time.monotonic())
+        await asyncio.sleep(0.5)
+        return web.json_response({"count": 5, "max_model_len": 8192, "tokens": [1] * 5})
+
+    app = web.Application()
+    app.router.add_post("/tokenize", tokenize)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}", calls
+    finally:
+        await runner.cleanup()
+
+
+async def test_count_tokens_counts_toward_the_consumers_limits(
+    procs: Processes, tmp_path: Path, tokenizer: tuple[str, list[float]]
+) -> None:
+    url, calls = tokenizer
+    keys = _keys(tmp_path / "keys.toml", "requests_per_minute = 3\nmax_in_flight = 1")
+    gw = procs.gateway(upstream_toml("plain", url, ["plain"]) + _auth(keys))
+    async with httpx.AsyncClient(timeout=30) as c:
+        assert (await _post(c, gw, COUNT, LIMITED_KEY)).status_code == 200
+        # max_in_flight = 1: the second waits for the first's slot (0.5 s at the tokenizer)
+        both = await asyncio.gather(_post(c, gw, COUNT, LIMITED_KEY), _post(c, gw, COUNT, LIMITED_KEY))
+        assert [a.status_code for a in both] == [200, 200]
+        assert calls[2] - calls[1] >= 0.45  # one after the other: the consumer's one slot
+        refused = await _post(c, gw, COUNT, LIMITED_KEY)  # the fourth request of a minute of 3
+        _check_429(refused, COUNT)
+        assert refused.headers["anthropic-ratelimit-requests-remaining"] == "0"
+        assert len(calls) == 3  # the refused one never reached the tokenizer
+        counted = [v for name, labels, v in await _metrics(c, gw) if name == "gateway_rate_limited_total"
+                   and labels == {"consumer": "limited", "limit": "requests_per_minute"}]
+        assert counted == [1]
+
+
+@pytest.mark.parametrize("surface", sorted(PATHS))
+async def test_waiters_for_a_consumer_slot_are_bounded(procs: Processes, tmp_path: Path, surface: str) -> None:
+    """max_in_flight = 1 and max_waiting_per_consumer = 1: one runs, one waits, the third is the
+    consumer's own 429 at once; another consumer still gets in (the pool is not exhausted)."""
+    stub = procs.stub("--tokens", "2", "--hold", "1.5")
+    keys = _keys(tmp_path / "keys.toml", "max_in_flight = 1")
+    gw = procs.gateway(upstream_toml("plain", stub.url, ["plain"]) + _auth(keys)
+                       + "max_waiting_per_consumer = 1\n")
+    path = PATHS[surface]
+    async with httpx.AsyncClient(timeout=30) as c:
+        running = asyncio.create_task(_post(c, gw, path, LIMITED_KEY))
+        await asyncio.sleep(0.3)
+        waiting = asyncio.create_task(_post(c, gw, path, LIMITED_KEY))
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        refused = await _post(c, gw, path, LIMITED_KEY)
+        assert time.monotonic() - started < 1.0  # at once, not after a wait
+        _check_429(refused, path)
+        assert "waiting" in refused.text
+        other = await _post(c, gw, path, OTHER_KEY)  # another consumer: the upstream has room
+        assert other.status_code == 200
+        assert (await running).status_code == 200 and (await waiting).status_code == 200
+        counted = [v for name, labels, v in await _metrics(c, gw) if name == "gateway_rate_limited_total"
+                   and labels == {"consumer": "limited", "limit": "max_in_flight"}]
+        assert counted == [1]
