@@ -36,7 +36,14 @@ from adapters.inbound._shared.openapi import openapi_config
 from adapters.inbound.operations import health_handlers, ops_app
 from adapters.outbound.consumer_counters import consumer_concurrency, usage_ledger
 from adapters.outbound.edge_observer import EdgeObserver
-from adapters.outbound.keys_file import KeysFileError, KeysFileStore, keys_entry, new_key, read_keys_file
+from adapters.outbound.keys_file import (
+    KeysFileError,
+    KeysFileStore,
+    keys_entry,
+    new_key,
+    read_keys_file,
+    read_salt_secret,
+)
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from adapters.outbound.request_log import JsonRequestLog
@@ -198,6 +205,7 @@ def _input_limits(config: Config, router: ModelRouter | None = None) -> InputLim
         max_messages=server.max_messages, max_content_blocks=server.max_content_blocks, max_output_tokens=caps,
         max_stop_sequences=server.max_stop_sequences, max_tools=server.max_tools,
         max_tool_schema_bytes=server.max_tool_schema_bytes, media_url_schemes=frozenset(server.media_url_schemes),
+        max_choices=(router or _router(config)).per_model({n: u.max_choices for n, u in config.upstreams.items()}),
     )
 
 
@@ -207,7 +215,8 @@ def _credentials(config: Config) -> KeysFileStore | None:
     if auth.mode == "off":
         return None
     assert auth.keys_file is not None  # config checks it
-    return KeysFileStore(auth.keys_file, auth.reload_interval_seconds)
+    secret = None if auth.cache_salt_secret_file is None else read_salt_secret(auth.cache_salt_secret_file)
+    return KeysFileStore(auth.keys_file, auth.reload_interval_seconds, secret)
 
 
 def _usage_ledger(config: Config) -> UsageLedger | None:
@@ -243,6 +252,11 @@ def _check_keys_file(config: Config) -> None:
             read_keys_file(config.auth.keys_file)
         except KeysFileError as error:
             raise ConfigError(f"auth.keys_file: {error}") from None
+        if config.auth.cache_salt_secret_file is not None:
+            try:
+                read_salt_secret(config.auth.cache_salt_secret_file)
+            except KeysFileError as error:
+                raise ConfigError(f"auth.cache_salt_secret_file: {error}") from None
 
 
 def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:

@@ -136,6 +136,9 @@ class UpstreamConfig(Section):
     idle_timeout_seconds: PositiveFloat = 120.0
     # The most output tokens one request may ask for (`max_tokens`); none: no gateway cap.
     max_output_tokens: PositiveInt | None = None
+    # The most choices one request may ask for (`n`, `best_of`): each is a sequence of the
+    # model server's, and takes one slot of the cap (docs/operations.md "Sequences").
+    max_choices: PositiveInt = 1
 
 
 class SharedAdmissionConfig(Section):
@@ -172,6 +175,9 @@ class AuthConfig(Section):
     # Requests of one consumer waiting for one of its `max_in_flight` slots (per process);
     # one more is a 429.
     max_waiting_per_consumer: NonNegativeInt = 64
+    # The secret behind each consumer's vLLM `cache_salt` (domain.cache_salt); none: derived
+    # from each consumer's own key digests in the keys file.
+    cache_salt_secret_file: str | None = None
 
 
 class Config(Section):

@@ -12,12 +12,13 @@ from collections.abc import AsyncIterator, Mapping
 import msgspec
 
 from application.consumer_limits import ConsumerLimits, Door
-from application.slots import LEASE_LOST_MESSAGE, Slots, route, unless_lost
+from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, unless_lost
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
+from domain.sequences import sequences
 from ports.admission import AdmissionGate, QueueTicket, SlotLease
 from ports.clock import Clock
 from ports.telemetry import Tracer
@@ -64,9 +65,9 @@ class ChatService:
     async def complete(
         self, request: ChatRequest, record: RequestRecord | None = None, consumer: Consumer = ANONYMOUS
     ) -> ChatResponse:
-        upstream, request = route(self._router, request, record)
+        upstream, request = route(self._router, salted(request, consumer), record)
         async with self._consumers.turn(consumer, request, record) as turn:
-            lease = await self._slots.admit_quietly(upstream, record, consumer)
+            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
             try:
                 response = await unless_lost(self._upstreams[upstream].complete(request), lease.lost)
@@ -90,11 +91,11 @@ class ChatService:
         the client, so the dialect can still answer with a proper HTTP status. An
         upstream that reports no usage gets an estimated `UsageReport` as the last batch.
         """
-        upstream, request = route(self._router, request, record)
+        upstream, request = route(self._router, salted(request, consumer), record)
         slots = self._slots
         async with self._consumers.turn(consumer, request, record) as turn:
             span, started = slots.start()
-            entry = await slots.enter(upstream, span, consumer)
+            entry = await slots.enter(upstream, span, consumer, sequences(request))
             if entry.queued:
                 ticket: QueueTicket = entry  # type: ignore[assignment]
                 span.set("gateway.queue.position_on_arrival", ticket.position())

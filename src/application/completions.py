@@ -13,13 +13,14 @@ from collections.abc import AsyncIterator, Mapping
 import msgspec
 
 from application.consumer_limits import ConsumerLimits
-from application.slots import LEASE_LOST_MESSAGE, Slots, route, unless_lost
+from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, unless_lost
 from domain.canonical import ChunkBatch, StreamChunk, TextPart, UsageReport
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
+from domain.sequences import sequences
 from ports.admission import AdmissionGate
 from ports.clock import Clock
 from ports.telemetry import Tracer
@@ -40,9 +41,9 @@ class CompletionService:
 
     async def complete(self, request: CompletionRequest, record: RequestRecord | None = None,
                        consumer: Consumer = ANONYMOUS) -> Completion:
-        upstream, request = route(self._router, request, record)
+        upstream, request = route(self._router, salted(request, consumer), record)
         async with self._consumers.turn(consumer, request, record) as turn:
-            lease = await self._slots.admit_quietly(upstream, record, consumer)
+            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
             try:
                 answer = await unless_lost(self._upstreams[upstream].complete_text(request), lease.lost)
@@ -59,9 +60,9 @@ class CompletionService:
                      consumer: Consumer = ANONYMOUS) -> AsyncIterator[ChunkBatch]:
         """The answer's chunk batches; failures before the first are raised (no byte was sent).
         An upstream that reports no usage gets an estimated `UsageReport` as the last batch."""
-        upstream, request = route(self._router, request, record)
+        upstream, request = route(self._router, salted(request, consumer), record)
         async with self._consumers.turn(consumer, request, record) as turn:
-            lease = await self._slots.admit_quietly(upstream, record, consumer)
+            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             lost, meter = lease.lost, turn.meter
             turn.reached_upstream = True
             try:
@@ -92,9 +93,9 @@ class EmbeddingService:
 
     async def embed(self, request: EmbeddingRequest, record: RequestRecord | None = None,
                     consumer: Consumer = ANONYMOUS) -> Embeddings:
-        upstream, request = route(self._router, request, record)
+        upstream, request = route(self._router, salted(request, consumer), record)
         async with self._consumers.turn(consumer, request, record) as turn:
-            lease = await self._slots.admit_quietly(upstream, record, consumer)
+            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
             try:
                 answer = await unless_lost(self._upstreams[upstream].embed(request), lease.lost)

@@ -62,6 +62,14 @@ def route(router: ModelRouter, request: R, record: RequestRecord | None) -> tupl
     return upstream, request
 
 
+def salted(request: R, consumer: Consumer) -> R:
+    """The request with its consumer's prefix-cache salt (`domain.cache_salt`): set by the
+    gateway for every request of a known consumer, never taken from a client."""
+    if consumer.cache_salt is None or request.cache_salt == consumer.cache_salt:
+        return request
+    return msgspec.structs.replace(request, cache_salt=consumer.cache_salt)
+
+
 class Slots:
     """Admission through one gate, with its span and the record's queue wait."""
 
@@ -77,8 +85,11 @@ class Slots:
     def start(self) -> tuple[Span, float]:
         return self._tracer.start("gateway.admission"), self._clock.now()
 
-    async def enter(self, upstream: str, span: Span, consumer: Consumer) -> SlotLease | QueueTicket:
+    async def enter(self, upstream: str, span: Span, consumer: Consumer, slots: int = 1) -> SlotLease | QueueTicket:
+        """`slots`: the request's sequences (`domain.sequences`), taken together or not at all."""
         span.set("gateway.upstream", upstream)
+        if slots != 1:
+            span.set("gateway.sequences", slots)
         try:
             return await self._gate.enter(upstream, consumer)
         except GatewayError as error:
@@ -100,10 +111,11 @@ class Slots:
         span.set("gateway.queue.wait_seconds", waited)
         span.end(None if error is None or outcome == "abandoned" else outcome)
 
-    async def admit_quietly(self, upstream: str, record: RequestRecord | None, consumer: Consumer) -> SlotLease:
-        """A slot, waiting in the queue if need be (nothing is reported while waiting)."""
+    async def admit_quietly(self, upstream: str, record: RequestRecord | None, consumer: Consumer,
+                            slots: int = 1) -> SlotLease:
+        """`slots` slots, waiting in the queue if need be (nothing is reported while waiting)."""
         span, started = self.start()
-        entry = await self.enter(upstream, span, consumer)
+        entry = await self.enter(upstream, span, consumer, slots)
         if not entry.queued:
             self.admitted(span, started, record, None, "admitted")
             return entry  # type: ignore[return-value]

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct
 
+from domain.sampling import Sampling
+
 # --- content parts -------------------------------------------------------
 
 
@@ -110,9 +112,23 @@ class ChatRequest(Struct, kw_only=True):
     # says so (/v1 `prompt_cache_key` or `user`, /llm `metadata.user_id`); None: by prompt prefix.
     affinity_key: str | None = None
     reasoning: ReasoningConfig | None = None
-    # Parameters an OpenAI-compatible upstream understands that the canonical model does
-    # not name (n, seed, logprobs, response_format, vLLM sampling extras...). Forwarded as is.
-    extras: dict[str, Any] = msgspec.field(default_factory=dict)
+    # The allowlisted vLLM sampling parameters (`domain.sampling`): nothing else a client
+    # sends reaches an upstream.
+    sampling: Sampling = msgspec.field(default_factory=Sampling)
+    # Sequences: `n` answers, generated from `best_of` candidates (vLLM runs max(n, best_of)
+    # sequences: `domain.sequences`); the edge bounds both by the upstream's `max_choices`.
+    n: int = 1
+    best_of: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    parallel_tool_calls: bool | None = None  # with tools but no tool_choice to carry it
+    chat_template_kwargs: dict[str, Any] | None = None  # bounded at the edge
+    continuous_usage_stats: bool | None = None  # usage in every chunk of a stream
+    # Continue the final assistant message instead of starting a new one (an Anthropic prefill).
+    prefill: bool = False
+    # Set by the gateway, never by a client: vLLM's prefix-cache salt of the request's
+    # consumer (`domain.cache_salt`); None: no salt (keys off).
+    cache_salt: str | None = None
     # Labels for logs and traces only; admission never reads them.
     surface: str = ""
     request_id: str = ""

@@ -5,6 +5,9 @@ They share the chat path's admission (one cap and one queue per upstream), its u
 accounting and its stream events: a text completion streams `MessageStart`,
 `TextDelta`, `Finish`, `UsageReport` (or a `StreamError`) in `StreamChunk`s, each with the
 upstream's own frame as `native`. Only the fields modelled here reach an upstream.
+
+Sequences: vLLM runs every prompt's `max(n, best_of)` choices as sequences of their own,
+and every embedding input as an engine request of its own (`domain.sequences`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import msgspec
 from msgspec import Struct
 
 from domain.canonical import FinishReason, NativePayload, Usage
+from domain.sampling import Sampling
 
 
 class CompletionRequest(Struct, kw_only=True):
@@ -29,11 +33,12 @@ class CompletionRequest(Struct, kw_only=True):
     best_of: int | None = None
     echo: bool = False
     logprobs: int | None = None
-    seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    top_k: int | None = None
+    # The allowlisted vLLM sampling parameters (`domain.sampling`); nothing else reaches an upstream.
+    sampling: Sampling = msgspec.field(default_factory=Sampling)
     user: str | None = None
     stream: bool = False
+    cache_salt: str | None = None  # set by the gateway per consumer, never by a client
     # Labels for logs and traces only; admission never reads them.
     surface: str = ""
     request_id: str = ""
@@ -60,6 +65,7 @@ class EmbeddingRequest(Struct, kw_only=True):
     dimensions: int | None = None
     encoding_format: EncodingFormat | None = None
     user: str | None = None
+    cache_salt: str | None = None  # set by the gateway per consumer, never by a client
     surface: str = ""
     request_id: str = ""
 

@@ -53,6 +53,9 @@ class Consumer(msgspec.Struct, frozen=True, kw_only=True):
     # first; within one priority, a weight-3 consumer gets 3 slots for each of a weight-1 one.
     priority: int = 0
     weight: int = 1  # >= 1
+    # vLLM's prefix-cache salt for this consumer's requests (`domain.cache_salt`), set by the
+    # credential store; None (the anonymous consumer): no salt.
+    cache_salt: str | None = msgspec.field(default=None)
 
 
 ANONYMOUS = Consumer(name="anonymous")

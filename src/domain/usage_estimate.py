@@ -29,6 +29,7 @@ from domain.canonical import (
     UsageReport,
 )
 from domain.completions import CompletionRequest, EmbeddingRequest
+from domain.sequences import sequences
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4  # role markers and separators of a chat template
@@ -69,11 +70,12 @@ def prompt_tokens(request: Estimable) -> int:
 
 def reservation_tokens(request: Estimable) -> int:
     """What a request reserves before it runs: its prompt estimate plus its output budget
-    (`max_tokens`, which the edge has already capped at the upstream's `max_output_tokens`;
-    an embedding has none)."""
+    (`max_tokens`, which the edge has already capped at the upstream's `max_output_tokens`)
+    once per sequence it runs (`domain.sequences`: n / best_of choices, each prompt's);
+    an embedding has no output."""
     if isinstance(request, EmbeddingRequest):
         return prompt_tokens(request)
-    return prompt_tokens(request) + (request.max_tokens or 0)
+    return prompt_tokens(request) + (request.max_tokens or 0) * sequences(request)
 
 
 class UsageMeter:

@@ -30,6 +30,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta, Struct
 
+from domain.cache_salt import MIN_SECRET_BYTES, cache_salt, fallback_secret
 from domain.consumers import Consumer, ConsumerLimits, key_digest, same_digest
 
 log = logging.getLogger("gateway.auth")
@@ -74,8 +75,12 @@ def _key_path(error: msgspec.ValidationError, prefix: str) -> str:
     return f"invalid value for '{where}': {message}" if where else message
 
 
-def parse_keys(text: bytes | str) -> Table:
-    """The digest -> consumer table of a keys file's content; raises `KeysFileError`."""
+def parse_keys(text: bytes | str, salt_secret: bytes | None = None) -> Table:
+    """The digest -> consumer table of a keys file's content; raises `KeysFileError`.
+
+    Each consumer gets its prefix-cache salt (`domain.cache_salt`): from `salt_secret`
+    (`[auth] cache_salt_secret_file`), or else from its own key digests.
+    """
     try:
         document = msgspec.toml.decode(text)
     except msgspec.DecodeError as exc:
@@ -98,7 +103,8 @@ def parse_keys(text: bytes | str) -> Table:
         consumer = Consumer(name=name, limits=ConsumerLimits(
             requests_per_minute=entry.requests_per_minute, tokens_per_minute=entry.tokens_per_minute,
             tokens_per_day=entry.tokens_per_day, max_in_flight=entry.max_in_flight,
-        ), priority=entry.priority, weight=entry.weight)
+        ), priority=entry.priority, weight=entry.weight,
+            cache_salt=cache_salt(salt_secret or fallback_secret(entry.keys), name))
         for index, digest in enumerate(entry.keys):
             where = f"consumers.{name}.keys[{index}]"
             first = holder.get(digest)
@@ -116,9 +122,9 @@ def _read(path: str | Path) -> bytes:
         raise KeysFileError(f"cannot read keys file '{path}': {exc.strerror}") from None
 
 
-def _parse_file(path: str | Path, content: bytes) -> Table:
+def _parse_file(path: str | Path, content: bytes, salt_secret: bytes | None = None) -> Table:
     try:
-        return parse_keys(content)
+        return parse_keys(content, salt_secret)
     except KeysFileError as exc:
         raise KeysFileError(f"keys file '{path}': {exc}") from None
 
@@ -126,6 +132,20 @@ def _parse_file(path: str | Path, content: bytes) -> Table:
 def read_keys_file(path: str | Path) -> Table:
     """The table of the file at `path`; raises `KeysFileError` naming the file."""
     return _parse_file(path, _read(path))
+
+
+def read_salt_secret(path: str | Path) -> bytes:
+    """`[auth] cache_salt_secret_file`: its bytes, surrounding whitespace removed (a Secret
+    mounted from `kubectl create secret --from-literal` ends in no newline, one edited by
+    hand often does); raises `KeysFileError` naming the file, never quoting it."""
+    try:
+        secret = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise KeysFileError(f"cannot read cache_salt_secret_file '{path}': {exc.strerror}") from None
+    if len(secret) < MIN_SECRET_BYTES:
+        raise KeysFileError(f"cache_salt_secret_file '{path}' holds {len(secret)} bytes; at least "
+                            f"{MIN_SECRET_BYTES} are needed (e.g. `openssl rand -base64 32`)")
+    return secret
 
 
 def _signature(path: str) -> tuple[int, int, int, int] | None:
@@ -140,8 +160,9 @@ def _signature(path: str) -> tuple[int, int, int, int] | None:
 class KeysFileStore:
     """The `CredentialStore` on a keys file, polled for changes (module doc)."""
 
-    def __init__(self, path: str, reload_interval: float) -> None:
+    def __init__(self, path: str, reload_interval: float, salt_secret: bytes | None = None) -> None:
         self._path = path
+        self._salt_secret = salt_secret
         self._interval = reload_interval
         self._table: Table = {}
         self._hash = b""  # of the content in use
@@ -169,7 +190,8 @@ class KeysFileStore:
         """Read the file now; raises `KeysFileError` (startup stops)."""
         signature = _signature(self._path)
         content = _read(self._path)
-        self._table, self._hash = _parse_file(self._path, content), hashlib.sha256(content).digest()
+        self._table = _parse_file(self._path, content, self._salt_secret)
+        self._hash = hashlib.sha256(content).digest()
         self._signature = signature
         log.info("keys file '%s': %s", self._path, self._summary())
 
@@ -200,7 +222,7 @@ class KeysFileStore:
             if content_hash in (self._hash, self._failed_hash):
                 return False  # touched or re-linked, same content
             # Off the event loop: a file of 10,000 keys takes a while to parse.
-            table = await asyncio.to_thread(_parse_file, self._path, content)
+            table = await asyncio.to_thread(_parse_file, self._path, content, self._salt_secret)
         except KeysFileError as exc:
             self._failed_hash = content_hash
             log.error("%s; keeping the previous consumers (%s)", exc, self._summary())

@@ -196,7 +196,8 @@ def test_defaults_are_the_documented_ones() -> None:
     limits, server = _input_limits(load_config_text(CONFIG)), load_config_text(CONFIG).server
     assert (server.max_stop_sequences, server.max_tools, server.max_tool_schema_bytes) == (16, 256, 65536)
     assert server.media_url_schemes == ["https", "data"]
-    assert limits == InputLimits(max_output_tokens=limits.max_output_tokens)  # the decoders' own defaults
+    assert limits == InputLimits(max_output_tokens=limits.max_output_tokens, max_choices=limits.max_choices)
+    assert limits.choices_for("m") == 1  # `max_choices` defaults to 1, as the decoders do
 
 
 def test_the_keys_reach_the_decoders() -> None:

@@ -43,7 +43,7 @@ def test_minimal_request_is_labelled_and_keeps_options_unset() -> None:
     assert request.messages == [Message(role="user", content=[TextPart(text="hi")])]
     assert (request.surface, request.request_id) == ("anthropic", "rid")
     assert not request.stream and request.stop == [] and request.tools == []
-    assert request.tool_choice is None and request.reasoning is None and request.extras == {}
+    assert request.tool_choice is None and request.reasoning is None and not request.prefill
 
 
 def test_sampling_stop_user_and_stream() -> None:
@@ -101,7 +101,7 @@ def test_system_turns_inside_messages_keep_their_place() -> None:
         Message(role="user", content=[TextPart(text="go on")]),
         Message(role="system", content=[TextPart(text="Last word.")]),
     ]
-    assert request.extras == {}  # a trailing system turn is no assistant prefill
+    assert not request.prefill  # a trailing system turn is no assistant prefill
 
 
 def test_images_base64_and_url() -> None:
@@ -203,7 +203,7 @@ def test_consecutive_same_role_turns_merge_and_final_assistant_is_a_prefill() ->
         Message(role="user", content=[TextPart(text="a"), TextPart(text="b")]),
         Message(role="assistant", content=[TextPart(text="The answer is")]),
     ]
-    assert request.extras == {"continue_final_message": True, "add_generation_prompt": False}
+    assert request.prefill  # sent as vLLM's continue_final_message without a generation prompt
 
 
 def test_tools_and_every_tool_choice() -> None:

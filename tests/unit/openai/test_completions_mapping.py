@@ -27,6 +27,7 @@ from domain.canonical import (
 )
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import InvalidRequest
+from domain.sampling import Sampling
 
 LIMITS = InputLimits(max_messages=3, max_output_tokens={"m": 64})
 
@@ -38,18 +39,21 @@ def completion(limits: InputLimits = LIMITS, **body: Any) -> Any:
 def test_every_field() -> None:
     call = completion(prompt=["def f():"], suffix="\n", max_tokens=8, temperature=0.1, top_p=0.5, stop="x", n=1,
                       best_of=1, echo=True, logprobs=2, seed=3, presence_penalty=0.4, frequency_penalty=0.6,
-                      user="u", stream=True, stream_options={"include_usage": True}, unknown={"a": 1})
+                      user="u", stream=True, stream_options={"include_usage": True}, unknown={"a": 1},
+                      priority=-100, request_id="x", cache_salt="theirs", kv_transfer_params={})  # all dropped
     assert call.request == CompletionRequest(
         model="m", prompt=["def f():"], suffix="\n", max_tokens=8, temperature=0.1, top_p=0.5, stop=["x"], n=1,
-        best_of=1, echo=True, logprobs=2, seed=3, presence_penalty=0.4, frequency_penalty=0.6, user="u",
-        stream=True, surface="openai", request_id="rid")
+        best_of=1, echo=True, logprobs=2, sampling=Sampling(seed=3, presence_penalty=0.4, frequency_penalty=0.6),
+        user="u", stream=True, surface="openai", request_id="rid")
     assert call.include_usage
     assert completion().request.max_tokens == 64  # the upstream's cap is the default
     assert not completion(stream=True).include_usage
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ({"n": 2}, "n"), ({"n": 0}, "n"), ({"best_of": 2}, "best_of"), ({"prompt": ["a", "b"]}, "prompt"),
+    ({"n": 2}, "n"), ({"n": 0}, "n"), ({"best_of": 2}, "best_of"), ({"prompt": ["a"] * 4}, "prompt"),
+    ({"logit_bias": {"1": -101}}, "logit_bias"), ({"repetition_penalty": 0}, "repetition_penalty"),
+    ({"top_k": -2}, "top_k"), ({"guided_json": 1}, "guided_json"),
     ({"prompt": []}, "prompt"), ({"prompt": [1, 2, 3]}, "prompt"), ({"prompt": [[1, 2]]}, "prompt"),
     ({"max_tokens": 65}, "max_tokens"), ({"max_tokens": -1}, "max_tokens"), ({"logprobs": -1}, "logprobs"),
     ({"model": 1}, "model"), ({"stop": 5}, "stop"),
@@ -58,6 +62,17 @@ def test_completion_refusals(body: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
         completion(**body)
     assert caught.value.param == param, caught.value.message
+
+
+def test_choices_up_to_max_choices_and_several_prompts() -> None:
+    four = InputLimits(max_messages=3, max_choices={"m": 4})
+    request = completion(four, prompt=["a", "b"], n=2, best_of=4, top_k=5, min_p=0.1,
+                         guided_choice=["x", "y"], response_format={"type": "json_object"}).request
+    assert (request.prompt, request.n, request.best_of, request.top_k) == (["a", "b"], 2, 4, 5)
+    assert request.sampling == Sampling(min_p=0.1, guided_choice=["x", "y"], response_format={"type": "json_object"})
+    with pytest.raises(InvalidRequest) as caught:
+        completion(four, n=5)
+    assert caught.value.param == "n" and "at most 4 sequences" in caught.value.message
 
 
 def test_token_id_prompts_and_bad_bodies() -> None:

@@ -285,7 +285,7 @@ async def test_non_stream_relays_the_native_body() -> None:
     await edge.call("/v1/chat/completions", {**REQUEST, "seed": 3})
     assert edge.status == 200 and edge.body == data
     assert edge.headers[b"content-type"] == b"application/json"
-    assert dec(msgspec.json.encode(edge.upstream.calls[0].extras)) == {"seed": 3}
+    assert edge.upstream.calls[0].sampling.seed == 3
     assert edge.observer[0].output_tokens == 5
 
 

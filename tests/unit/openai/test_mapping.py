@@ -1,4 +1,4 @@
-"""OpenAI wire <-> canonical: decoding, extras pass-through, responses, problem documents."""
+"""OpenAI wire <-> canonical: decoding, the allowlist (nothing else is forwarded), responses, problem documents."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ from openai.types import Model
 from openai.types.chat import ChatCompletion
 
 from adapters.inbound._shared.errors import InternalError
+from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request, encode_models, encode_response
+from adapters.outbound.openai_compat.request_body import encode_chat
 from domain.canonical import (
     ChatResponse,
     ImagePart,
     Message,
     NativePayload,
+    ReasoningConfig,
     TextPart,
     ThinkingPart,
     ToolChoice,
@@ -39,6 +42,7 @@ from domain.errors import (
     UpstreamRejected,
     UpstreamUnavailable,
 )
+from domain.sampling import Sampling
 
 enc = msgspec.json.encode
 dec = msgspec.json.decode
@@ -59,7 +63,7 @@ def test_minimal_request_like_the_seeds_is_valid() -> None:
     decoded = decode({"model": "reasoning", "messages": []})
     chat = decoded.chat
     assert (chat.model, chat.messages, chat.stream) == ("reasoning", [], False)
-    assert (chat.surface, chat.request_id, chat.extras) == ("openai", "rid", {})
+    assert (chat.surface, chat.request_id, chat.sampling, chat.n) == ("openai", "rid", Sampling(), 1)
     assert decoded.include_usage is False
 
 
@@ -74,7 +78,7 @@ def test_every_named_field_is_decoded() -> None:
     assert chat.stop == ["END"] and chat.stream is True and chat.user == "u-1"
     assert chat.tools == [ToolSpec(name="f", description="F", parameters=schema)]
     assert chat.tool_choice == ToolChoice(mode="required", parallel=False)
-    assert chat.extras == {}
+    assert chat.parallel_tool_calls is None  # the tool choice carries it
 
 
 def test_max_completion_tokens_wins_and_stop_lists_and_named_tool_choice() -> None:
@@ -95,27 +99,70 @@ def test_include_usage_follows_vllm(options: dict[str, Any] | None, include: boo
     body = req(stream=True) if options is None else req(stream=True, stream_options=options)
     decoded = decode(body)
     assert decoded.include_usage is include
-    if options is not None:  # handed on so the upstream adapter can merge it (continuous_usage_stats)
-        assert decoded.chat.extras["stream_options"] == options
+    assert decoded.chat.continuous_usage_stats is None
 
 
-EXTRAS: dict[str, Any] = dec(
-    b'{"n": 2, "seed": 7, "logprobs": true, "top_logprobs": 3, "presence_penalty": 0.5,'
+def test_continuous_usage_stats_is_the_one_stream_option_handed_on() -> None:
+    chat = decode(req(stream=True, stream_options={"include_usage": False, "continuous_usage_stats": True})).chat
+    assert chat.continuous_usage_stats is True
+
+
+ALLOWED: dict[str, Any] = dec(
+    b'{"n": 2, "best_of": 3, "seed": 7, "logprobs": true, "top_logprobs": 3, "presence_penalty": 0.5,'
     b' "frequency_penalty": -0.25, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}},'
     b' "min_p": 0.05, "repetition_penalty": 1.1, "chat_template_kwargs": {"enable_thinking": false},'
-    b' "reasoning_effort": "low", "logit_bias": {"50256": -100}, "metadata": null, "ignore_eos": true}'
+    b' "reasoning_effort": "low", "logit_bias": {"50256": -100}, "structured_outputs": {"regex": "a+"},'
+    b' "guided_json": {"type": "object"}, "guided_choice": ["yes", "no"], "guided_regex": "[0-9]+",'
+    b' "thinking_token_budget": 64}'
 )
+# What a client must never have forwarded (SECURITY.md), and members nobody models.
+NEVER: dict[str, Any] = {"priority": -100, "request_id": "engine-id", "kv_transfer_params": {"do_remote_decode": True},
+                         "chat_template": "{{ secrets }}", "cache_salt": "theirs", "ignore_eos": True,
+                         "metadata": None, "min_tokens": 4000, "vllm_xargs": {"a": 1}}
+THREE = InputLimits(max_choices={"m": 3})
 
 
-def test_every_other_member_reaches_extras_unchanged() -> None:
-    chat = decode(req(**EXTRAS)).chat
-    assert set(chat.extras) == set(EXTRAS)
-    assert dec(enc(chat.extras)) == EXTRAS  # raw members encode back verbatim
+def test_allowlisted_members_are_decoded_and_forwarded() -> None:
+    chat = decode_request(enc(req(**ALLOWED)), "rid", THREE).chat
+    assert (chat.n, chat.best_of, chat.logprobs, chat.top_logprobs) == (2, 3, True, 3)
+    assert chat.reasoning == ReasoningConfig(effort="low", budget_tokens=64)
+    assert chat.chat_template_kwargs == {"enable_thinking": False}
+    body = dec(encode_chat(chat))
+    for name, value in ALLOWED.items():
+        if name not in ("reasoning_effort", "thinking_token_budget"):
+            assert body[name] == value, name
+    assert (body["reasoning_effort"], body["thinking_token_budget"]) == ("low", 64)
 
 
-def test_parallel_tool_calls_without_tool_choice_is_kept_as_an_extra() -> None:
+def test_members_the_gateway_does_not_model_are_dropped() -> None:
+    chat = decode(req(**NEVER, messages=[{"role": "user", "content": "hi"}])).chat
+    body = dec(encode_chat(chat))
+    assert set(body) == {"model", "messages"}, body
+
+
+def test_parallel_tool_calls_without_tool_choice_goes_with_the_tools() -> None:
     chat = decode(req(parallel_tool_calls=False)).chat
-    assert chat.tool_choice is None and dec(enc(chat.extras)) == {"parallel_tool_calls": False}
+    assert chat.tool_choice is None and chat.parallel_tool_calls is False
+    assert "parallel_tool_calls" not in dec(encode_chat(chat))  # no tools: nothing to say it about
+    tools = [ToolSpec(name="f")]
+    assert dec(encode_chat(msgspec.structs.replace(chat, tools=tools)))["parallel_tool_calls"] is False
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"n": 2}, "n"), ({"best_of": 2}, "best_of"), ({"n": 0}, "n"), ({"n": 64, "best_of": 64}, "n"),
+    ({"logit_bias": {str(i): 1 for i in range(301)}}, "logit_bias"), ({"logit_bias": {"1": 101}}, "logit_bias"),
+    ({"logit_bias": {"a": 1}}, "logit_bias"), ({"top_logprobs": 21}, "top_logprobs"), ({"min_p": 2}, "min_p"),
+    ({"presence_penalty": 3}, "presence_penalty"), ({"seed": 2**64}, "seed"), ({"guided_choice": []}, "guided_choice"),
+    ({"guided_regex": "a" * 4097}, "guided_regex"), ({"response_format": [1]}, "response_format"),
+    ({"structured_outputs": {"json": {"a": "x" * 70000}}}, "structured_outputs"),
+    ({"chat_template_kwargs": {str(i): 1 for i in range(33)}}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": {"a": "x" * 17000}}, "chat_template_kwargs"),
+    ({"reasoning_effort": "max"}, "reasoning_effort"),
+])  # fmt: skip
+def test_allowlisted_members_are_bounded(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        decode(req(**fields))
+    assert caught.value.param == param, caught.value.message
 
 
 _json = st.recursive(
@@ -126,9 +173,9 @@ _json = st.recursive(
 
 
 @given(st.dictionaries(st.text(min_size=1, max_size=12).map(lambda k: "x_" + k), _json, max_size=5))
-def test_unknown_members_survive_whatever_their_value(extras: dict[str, Any]) -> None:
+def test_unknown_members_never_reach_the_upstream_whatever_their_value(extras: dict[str, Any]) -> None:
     chat = decode(req(**extras)).chat
-    assert dec(enc(chat.extras)) == extras
+    assert set(dec(encode_chat(chat))) == {"model", "messages"}
 
 
 def test_roles_parts_and_tool_turns() -> None:

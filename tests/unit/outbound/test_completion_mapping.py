@@ -14,19 +14,25 @@ from adapters.outbound.openai_compat.completion_mapping import (
 from domain.canonical import Finish, MessageStart, StreamError, TextDelta, Usage, UsageReport
 from domain.completions import CompletionRequest, EmbeddingRequest
 from domain.errors import UpstreamError, UpstreamProtocolError
+from domain.sampling import Sampling
 
 
 def test_the_completion_body_is_built_from_modelled_fields_only() -> None:
     assert msgspec.json.decode(encode_completion(CompletionRequest(model="m", prompt=["x"]))) == {
         "model": "m", "prompt": "x"}
     full = CompletionRequest(model="m", prompt=["x"], suffix="y", max_tokens=3, temperature=0.5, stop=["s"],
-                             echo=True, logprobs=1, seed=2, user="u", stream=True, surface="openai", request_id="r")
+                             echo=True, logprobs=1, sampling=Sampling(seed=2, logit_bias={"7": -1.0}), user="u",
+                             stream=True, surface="openai", request_id="r", n=2, best_of=3, top_k=4,
+                             cache_salt="salt")
     assert msgspec.json.decode(encode_completion(full)) == {
         "model": "m", "prompt": "x", "suffix": "y", "max_tokens": 3, "temperature": 0.5, "logprobs": 1, "seed": 2,
+        "logit_bias": {"7": -1.0}, "n": 2, "best_of": 3, "top_k": 4, "cache_salt": "salt",
         "user": "u", "stop": ["s"], "echo": True, "stream": True, "stream_options": {"include_usage": True}}
     assert msgspec.json.decode(encode_embeddings(EmbeddingRequest(model="m", inputs=["a", "b"], dimensions=4,
                                                                   surface="openai"))) == {
         "model": "m", "input": ["a", "b"], "dimensions": 4}
+    salted = EmbeddingRequest(model="m", inputs=["a"], cache_salt="salt")
+    assert msgspec.json.decode(encode_embeddings(salted))["cache_salt"] == "salt"
 
 
 def test_answers() -> None:

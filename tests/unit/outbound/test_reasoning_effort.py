@@ -19,11 +19,6 @@ def test_effort_levels(effort: str, sent: str) -> None:
     assert body["reasoning_effort"] == sent and "chat_template_kwargs" not in body
 
 
-def test_no_effort_sends_none_and_a_client_extra_still_passes() -> None:
+def test_no_effort_sends_none() -> None:
     plain = msgspec.json.decode(encode_chat(ChatRequest(model="m", messages=USER)))
     assert "reasoning_effort" not in plain
-    extra = ChatRequest(model="m", messages=USER, extras={"reasoning_effort": "medium"})
-    assert msgspec.json.decode(encode_chat(extra))["reasoning_effort"] == "medium"
-    both = ChatRequest(model="m", messages=USER, extras={"reasoning_effort": "medium"},
-                       reasoning=ReasoningConfig(effort="high"))
-    assert msgspec.json.decode(encode_chat(both))["reasoning_effort"] == "high"  # canonical wins

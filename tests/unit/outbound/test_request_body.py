@@ -20,6 +20,7 @@ from domain.canonical import (
     ToolSpec,
     ToolUsePart,
 )
+from domain.sampling import Sampling
 
 
 def body(request: ChatRequest, **kw: Any) -> dict[str, Any]:
@@ -186,49 +187,35 @@ def test_tools_and_choices() -> None:
         assert body(request)["tool_choice"] == mode
 
 
-def test_streaming_always_asks_for_usage_and_merges_client_options() -> None:
-    request = ChatRequest(
-        model="m",
-        messages=[user("x")],
-        stream=True,
-        extras={"stream_options": {"include_usage": False, "continuous_usage_stats": True}},
-    )
+def test_streaming_always_asks_for_usage_and_keeps_continuous_usage_stats() -> None:
+    request = ChatRequest(model="m", messages=[user("x")], stream=True, continuous_usage_stats=True)
     out = body(request)
     assert out["stream"] is True
     assert out["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
 
-def test_non_streaming_body_drops_stream_extras() -> None:
-    request = ChatRequest(
-        model="m",
-        messages=[user("x")],
-        stream=True,
-        extras={"stream_options": {"include_usage": True}, "seed": 1},
-    )
+def test_non_streaming_body_has_no_stream_options() -> None:
+    request = ChatRequest(model="m", messages=[user("x")], stream=True, continuous_usage_stats=True,
+                          sampling=Sampling(seed=1))
     out = body(request, stream=False)
     assert "stream" not in out and "stream_options" not in out and out["seed"] == 1
 
 
-def test_extras_pass_through_without_overriding_canonical_fields() -> None:
+def test_allowlisted_parameters_sequences_prefill_and_salt() -> None:
     response_format = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-    request = ChatRequest(
-        model="m",
-        messages=[user("x")],
-        temperature=0.5,
-        extras={
-            "n": 2,
-            "seed": 7,
-            "logprobs": True,
-            "response_format": response_format,
-            "repetition_penalty": 1.1,
-            "temperature": 1.9,
-            "model": "other",
-        },
-    )
+    sampling = Sampling(seed=7, response_format=response_format, repetition_penalty=1.1, min_p=0.1,
+                        logit_bias={"5": 2.0}, guided_regex="a+")
+    request = ChatRequest(model="m", messages=[user("x")], temperature=0.5, n=2, best_of=3, logprobs=True,
+                          top_logprobs=1, sampling=sampling, prefill=True, cache_salt="s" * 43)
     out = body(request)
     assert out["temperature"] == 0.5 and out["model"] == "m"
-    assert out["n"] == 2 and out["seed"] == 7 and out["logprobs"] is True
+    assert out["n"] == 2 and out["best_of"] == 3 and out["seed"] == 7 and out["logprobs"] is True
     assert out["response_format"] == response_format and out["repetition_penalty"] == 1.1
+    assert (out["min_p"], out["logit_bias"], out["guided_regex"], out["top_logprobs"]) == (0.1, {"5": 2.0}, "a+", 1)
+    assert (out["continue_final_message"], out["add_generation_prompt"]) == (True, False)
+    assert out["cache_salt"] == "s" * 43
+    plain = body(ChatRequest(model="m", messages=[user("x")]))
+    assert set(plain) == {"model", "messages"}  # nothing unset is sent: vLLM's defaults hold
 
 
 def test_reasoning_config_is_forwarded_model_specifically() -> None:
@@ -236,14 +223,16 @@ def test_reasoning_config_is_forwarded_model_specifically() -> None:
         model="m",
         messages=[user("x")],
         reasoning=ReasoningConfig(enabled=False, budget_tokens=512),
-        extras={"chat_template_kwargs": {"custom": 1}},
+        chat_template_kwargs={"custom": 1, "enable_thinking": True},
     )
     out = body(request)
-    assert out["chat_template_kwargs"] == {"custom": 1, "enable_thinking": False}
+    assert out["chat_template_kwargs"] == {"custom": 1, "enable_thinking": False}  # the reasoning switch wins
     assert out["thinking_token_budget"] == 512
     assert "chat_template_kwargs" not in body(
         ChatRequest(model="m", messages=[user("x")], reasoning=ReasoningConfig())
     )
+    kwargs = ChatRequest(model="m", messages=[user("x")], chat_template_kwargs={"custom": 1})
+    assert body(kwargs)["chat_template_kwargs"] == {"custom": 1}
 
 
 def test_tokenize_body_uses_the_same_message_mapping() -> None:

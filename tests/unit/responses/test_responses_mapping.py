@@ -23,6 +23,7 @@ from domain.canonical import (
     Usage,
 )
 from domain.errors import InvalidRequest
+from domain.sampling import Sampling
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "w", "parameters": {"type": "object"}}
 AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "d", "tools": [
@@ -142,19 +143,19 @@ def test_reasoning(reasoning: dict[str, Any], expected: ReasoningConfig | None) 
 def test_text_format_is_the_chat_response_format() -> None:
     schema = {"type": "object"}
     fmt = {"type": "json_schema", "name": "a", "schema": schema, "strict": True}
-    assert decode(text={"format": fmt}).chat.extras == {
-        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}}}
-    assert decode(text={"format": {"type": "json_object"}}).chat.extras == {
-        "response_format": {"type": "json_object"}}
-    assert decode(text={"format": {"type": "text"}, "verbosity": "low"}).chat.extras == {}
+    assert decode(text={"format": fmt}).chat.sampling.response_format == {
+        "type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}}
+    assert decode(text={"format": {"type": "json_object"}}).chat.sampling.response_format == {"type": "json_object"}
+    assert decode(text={"format": {"type": "text"}, "verbosity": "low"}).chat.sampling == Sampling()
     refused("text.format.schema", text={"format": {"type": "json_schema", "name": "a"}})
 
 
-def test_accepted_and_ignored() -> None:
+def test_accepted_and_ignored() -> None:  # and never forwarded: nothing but `sampling` carries a client's member
     call = decode(store=True, include=["reasoning.encrypted_content", "file_search_call.results"],
                   prompt_cache_key="s1", client_metadata={"a": 1}, truncation="auto", service_tier="flex",
                   metadata={"k": "v"})
-    assert call.chat.extras == {} and call.template.prompt_cache_key == "s1" and call.template.metadata == {"k": "v"}
+    assert call.chat.sampling == Sampling()
+    assert call.template.prompt_cache_key == "s1" and call.template.metadata == {"k": "v"}
 
 
 @pytest.mark.parametrize(("field", "value"), [("previous_response_id", "resp_1"), ("conversation", "conv_1"),

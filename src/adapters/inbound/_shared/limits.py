@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from adapters.inbound._shared.media_urls import DEFAULT_SCHEMES
 from domain.errors import InvalidRequest
+from domain.sequences import DEFAULT_MAX_CHOICES
 
 # msgspec decodes recursively: JSON nested deeper than the interpreter's recursion
 # budget raises RecursionError, which the dialects (and `serve`) turn into this 400.
@@ -36,6 +37,11 @@ class InputLimits:
     media_url_schemes: frozenset[str] = DEFAULT_SCHEMES
     # model name -> the most output tokens a request for it may ask for (from its upstream)
     max_output_tokens: Mapping[str, int] = field(default_factory=dict)
+    # model name -> the most choices (`n`, `best_of`) a request for it may ask for; absent: 1
+    max_choices: Mapping[str, int] = field(default_factory=dict)
+
+    def choices_for(self, model: str) -> int:
+        return self.max_choices.get(model, DEFAULT_MAX_CHOICES)
 
 
 def too_many_messages(count: int, limit: int, param: str = "messages") -> InvalidRequest:
@@ -92,6 +98,26 @@ def tool_schema_too_large(size: int, limit: int, param: str) -> InvalidRequest:
     return InvalidRequest(
         f"`{param}` is {size} bytes; this gateway accepts tool schemas of at most {limit} bytes.", param=param
     )
+
+
+def check_choices(param: str, value: int | None, limit: int, model: str) -> None:
+    """`n` / `best_of`: at least 1, at most the upstream's `max_choices`."""
+    if value is None:
+        return
+    if value < 1:
+        raise InvalidRequest(f"`{param}` must be at least 1.", param=param)
+    if value > limit:
+        raise InvalidRequest(
+            f"`{param}` is {value}; model '{model}' runs at most {limit} "
+            f"{'sequence' if limit == 1 else 'sequences'} per request on this gateway (max_choices).",
+            param=param,
+        )
+
+
+def check_raw_size(raw: bytes, limit: int, param: str) -> None:
+    """A JSON document a client sized (a schema, a grammar), bounded as received."""
+    if len(raw) > limit:
+        raise InvalidRequest(f"`{param}` is {len(raw)} bytes; this gateway accepts at most {limit}.", param=param)
 
 
 def deep_json() -> InvalidRequest:

@@ -47,9 +47,6 @@ from domain.errors import UpstreamProtocolError
 
 SURFACE = "anthropic"
 
-# vLLM continues a final assistant message only when told to (a prefill, in Anthropic terms).
-_PREFILL_EXTRAS = {"continue_final_message": True, "add_generation_prompt": False}
-
 _USABLE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 _STOP_REASONS: dict[FinishReason, str] = {
@@ -91,7 +88,7 @@ def to_chat_request(params: w.CountTokensParams, request_id: str, limits: InputL
         tools=tools,
         tool_choice=_tool_choice(params.tool_choice, tools),
         reasoning=_reasoning(params.thinking),
-        extras=dict(_PREFILL_EXTRAS) if messages[-1].role == "assistant" else {},
+        prefill=messages[-1].role == "assistant",  # vLLM continues it only when told to
         surface=SURFACE,
         request_id=request_id,
     )

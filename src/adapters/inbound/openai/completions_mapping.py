@@ -4,11 +4,10 @@ A request becomes a `CompletionRequest` / `EmbeddingRequest` (every field it mod
 nothing else: an allowlist); an answer is the upstream's own bytes when the upstream speaks
 this format (renamed to the model the client asked for), else encoded from the canonical one.
 
-Sequences: a request asks the upstream for one sequence per prompt and choice. Until the
-per-upstream `max_choices` lands (`[upstreams.NAME] max_choices`, default 1: n or best_of
-above it a 400 naming the field, k sequences taking k slots), every upstream takes ONE
-sequence per request, which is what `max_choices = 1` means: `n > 1`, `best_of > 1` and
-more than one prompt are refused with a 400 naming the field. See `MAX_CHOICES`.
+Sequences: a request asks the upstream for `max(n, best_of)` sequences per prompt; `n` and
+`best_of` above the upstream's `max_choices` (`[upstreams.NAME] max_choices`, default 1)
+are a 400 naming the field, and the request takes one slot of the cap per sequence
+(`domain.sequences`). Prompts are bounded like messages (`max_messages`).
 """
 
 from __future__ import annotations
@@ -17,16 +16,13 @@ from typing import TypeVar
 
 import msgspec
 
-from adapters.inbound._shared.limits import InputLimits, deep_json, too_many_tokens
+from adapters.inbound._shared.limits import InputLimits, check_choices, check_model, deep_json, too_many_tokens
+from adapters.inbound._shared.sampling_params import decode_sampling
 from adapters.inbound.openai import completions_schema as w
 from adapters.inbound.openai.mapping import FINISH_REASONS, invalid, renamed, usage_out
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import InvalidRequest
 
-# HOOK (branch `seq`, `[upstreams.NAME] max_choices`): the sequences one request may ask for.
-# Replace this constant by the upstream's `max_choices` (looked up per model, like
-# `InputLimits.max_output_tokens`) and take that many slots for k sequences.
-MAX_CHOICES = 1
 COMPLETION_FORMAT = "openai-completion"
 EMBEDDINGS_FORMAT = "openai-embeddings"
 TOKEN_IDS = "must be text: a string or a list of strings (token-id {what} are not accepted)"
@@ -43,7 +39,7 @@ def _decode(decoder: msgspec.json.Decoder[T], body: bytes, text_field: str, what
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
-        if str(exc).startswith("Expected `object`"):
+        if str(exc).startswith("Expected `object`") and " - at `" not in str(exc):
             raise InvalidRequest("The request body must be a JSON object.") from None
         error = invalid(exc)
         if error.param is not None and error.param.startswith(text_field):
@@ -55,29 +51,19 @@ def _decode(decoder: msgspec.json.Decoder[T], body: bytes, text_field: str, what
         raise deep_json() from None
 
 
-def _sequences(param: str, value: int | None, model: str) -> None:
-    if value is not None and value < 1:
-        raise InvalidRequest(f"`{param}` must be at least 1.", param=param)
-    if value is not None and value > MAX_CHOICES:
-        raise InvalidRequest(
-            f"`{param}` is {value}; model '{model}' runs at most {MAX_CHOICES} sequence per request on this gateway.",
-            param=param,
-        )
-
-
 def decode_completion(body: bytes, request_id: str = "", limits: InputLimits = _DEFAULT_LIMITS) -> CompletionCall:
     """A `POST /v1/completions` body; raises `InvalidRequest` naming the field."""
     wire = _decode(w.COMPLETION_DECODER, body, "prompt", "prompts")
     prompts = [wire.prompt] if isinstance(wire.prompt, str) else wire.prompt
     if not prompts:
         raise InvalidRequest("`prompt` must not be empty.", param="prompt")
-    _sequences("n", wire.n, wire.model)
-    _sequences("best_of", wire.best_of, wire.model)
-    if len(prompts) > MAX_CHOICES:  # each prompt is a sequence of its own upstream
-        raise InvalidRequest(
-            f"`prompt` holds {len(prompts)} prompts; model '{wire.model}' runs at most {MAX_CHOICES} sequence per "
-            "request on this gateway: send one request per prompt.", param="prompt",
-        )
+    check_model(wire.model)
+    most = limits.choices_for(wire.model)
+    check_choices("n", wire.n, most, wire.model)
+    check_choices("best_of", wire.best_of, most, wire.model)
+    if len(prompts) > limits.max_messages:  # each prompt is a sequence of its own upstream
+        raise InvalidRequest(f"`prompt` holds {len(prompts)} prompts; this gateway accepts at most "
+                             f"{limits.max_messages}.", param="prompt")
     if wire.logprobs is not None and wire.logprobs < 0:
         raise InvalidRequest("`logprobs` must be at least 0.", param="logprobs")
     cap = limits.max_output_tokens.get(wire.model)
@@ -90,8 +76,8 @@ def decode_completion(body: bytes, request_id: str = "", limits: InputLimits = _
         model=wire.model, prompt=prompts, suffix=wire.suffix,
         max_tokens=cap if wire.max_tokens is None else wire.max_tokens,
         temperature=wire.temperature, top_p=wire.top_p, stop=[stop] if isinstance(stop, str) else (stop or []),
-        n=wire.n or 1, best_of=wire.best_of, echo=bool(wire.echo), logprobs=wire.logprobs, seed=wire.seed,
-        presence_penalty=wire.presence_penalty, frequency_penalty=wire.frequency_penalty, user=wire.user,
+        n=wire.n or 1, best_of=wire.best_of, echo=bool(wire.echo), logprobs=wire.logprobs, top_k=wire.top_k,
+        sampling=decode_sampling(wire, limits), user=wire.user,
         stream=bool(wire.stream), surface="openai", request_id=request_id,
     )
     options = wire.stream_options

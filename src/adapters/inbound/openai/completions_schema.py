@@ -2,7 +2,7 @@
 wire types, with their decoders built once.
 
 Only the members named here are read, and only those the canonical request models reach
-the upstream: unknown members are ignored, never forwarded. The answers are vLLM's own
+the upstream: unknown members are dropped, never forwarded (SECURITY.md). The answers are vLLM's own
 bytes when relayed, so they are typed as vLLM writes them (nulls allowed, no schema forbids
 extra members).
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
 
-from adapters.inbound.openai.schema import OutUsage, StreamOptions
+from adapters.inbound.openai.schema import JsonObject, JsonSchemaOrText, OutUsage, StreamOptions
+from domain import sampling as s
 
 # --- text completions ------------------------------------------------------------------
 
@@ -31,12 +32,22 @@ class CompletionRequest(Struct, kw_only=True):
     best_of: int | None = None
     echo: bool | None = None
     logprobs: int | None = None
-    seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     user: str | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    top_k: s.TopK | None = None
+    # The allowlisted vLLM sampling parameters (`domain.sampling`).
+    min_p: s.MinP | None = None
+    repetition_penalty: s.RepetitionPenalty | None = None
+    seed: s.Seed | None = None
+    presence_penalty: s.Penalty | None = None
+    frequency_penalty: s.Penalty | None = None
+    logit_bias: s.LogitBias | None = None
+    response_format: JsonObject | UnsetType = UNSET
+    structured_outputs: JsonObject | UnsetType = UNSET
+    guided_json: JsonSchemaOrText | UnsetType = UNSET
+    guided_choice: s.GuidedChoice | None = None
+    guided_regex: s.GuidedRegex | None = None
 
 
 class CompletionChoice(Struct, kw_only=True):

@@ -1,11 +1,10 @@
 """OpenAI wire <-> canonical model: pure functions, no I/O.
 
-Decoding is as permissive as vLLM (`{"model": "m", "messages": []}` is a request)
-and loses nothing: top-level members the canonical model does not name are kept
-as raw JSON (`msgspec.Raw`, encoded back verbatim) in `ChatRequest.extras` and reach
-the upstream unchanged. `stream_options` is read here (`include_usage` decides what
-the client sees) and also handed on as a dict, which the upstream adapter merges key
-by key (it always asks for usage; `continuous_usage_stats` and the like pass).
+Decoding is as permissive as vLLM (`{"model": "m", "messages": []}` is a request) about
+the members it models, and an allowlist about the rest: a member the gateway does not
+model (`priority`, `request_id`, `kv_transfer_params`, `chat_template`, `cache_salt`, any
+unknown one) is dropped, never forwarded (SECURITY.md). `stream_options.include_usage`
+decides what the client sees; the upstream is always asked for usage.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import msgspec
 
 from adapters.inbound._shared.limits import (
     InputLimits,
+    check_choices,
     check_model,
     check_stop,
     deep_json,
@@ -27,6 +27,7 @@ from adapters.inbound._shared.limits import (
     tool_schema_too_large,
 )
 from adapters.inbound._shared.media_urls import check_media_url
+from adapters.inbound._shared.sampling_params import decode_sampling, json_member
 from adapters.inbound.openai import schema as w
 from domain.canonical import (
     ChatRequest,
@@ -35,6 +36,7 @@ from domain.canonical import (
     ImagePart,
     Message,
     Part,
+    ReasoningConfig,
     TextPart,
     ThinkingPart,
     ToolChoice,
@@ -44,6 +46,7 @@ from domain.canonical import (
     Usage,
 )
 from domain.errors import InvalidRequest
+from domain.sampling import MAX_TEMPLATE_KWARGS, MAX_TEMPLATE_KWARGS_BYTES
 
 FINISH_REASONS: dict[str, str] = {
     "end_turn": "stop",
@@ -53,7 +56,7 @@ FINISH_REASONS: dict[str, str] = {
     "content_filter": "content_filter",
 }
 
-_AT = re.compile(r" - at `\$\.?([^`]*)`$")
+_AT = re.compile(r" - at `(?:key` in `)?\$\.?([^`]*)`$")
 _MISSING = re.compile(r"^Object missing required field `([^`]+)`")
 
 
@@ -68,7 +71,7 @@ def invalid(error: msgspec.ValidationError) -> InvalidRequest:
     """Turn msgspec's `... - at `$.messages[0].role`` into a message and a field path."""
     text = str(error)
     at = _AT.search(text)
-    path = at.group(1) if at else ""
+    path = at.group(1).split("[...]")[0] if at else ""  # a dict member's path names the dict
     if at:
         text = text[: at.start()]
     missing = _MISSING.match(text)
@@ -90,10 +93,9 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
     `max_tokens`, stop sequences and tools.
     """
     try:
-        top = w.TOP_DECODER.decode(body)
         wire = w.REQUEST_DECODER.decode(body)
     except msgspec.ValidationError as exc:
-        if str(exc).startswith("Expected `object`"):
+        if str(exc).startswith("Expected `object`") and " - at `" not in str(exc):
             raise InvalidRequest("The request body must be a JSON object.") from None
         raise invalid(exc) from None
     except msgspec.DecodeError as exc:
@@ -103,9 +105,9 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
     check_model(wire.model)  # before anything routes on it
     if len(wire.messages) > limits.max_messages:
         raise too_many_messages(len(wire.messages), limits.max_messages)
-    extras: dict[str, Any] = {k: v for k, v in top.items() if k not in w.KNOWN_FIELDS}
-    if wire.stream_options is not None:  # the upstream adapter merges it key by key
-        extras["stream_options"] = w.OBJECT_DECODER.decode(top["stream_options"])
+    most = limits.choices_for(wire.model)
+    check_choices("n", wire.n, most, wire.model)
+    check_choices("best_of", wire.best_of, most, wire.model)
     choice: ToolChoice | None = None
     if wire.tool_choice is not None:
         if isinstance(wire.tool_choice, str):
@@ -113,8 +115,6 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
         else:
             name = wire.tool_choice.function.name
             choice = ToolChoice(mode="named", name=name, parallel=wire.parallel_tool_calls)
-    elif "parallel_tool_calls" in top:  # no mode to attach it to: forward it as sent
-        extras["parallel_tool_calls"] = top["parallel_tool_calls"]
     stop = _stop(wire.stop, limits)
     options = wire.stream_options
     max_tokens = _max_tokens(wire, limits.max_output_tokens.get(wire.model))
@@ -131,11 +131,39 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
         tool_choice=choice,
         user=wire.user,
         affinity_key=wire.prompt_cache_key or wire.user or None,
-        extras=extras,
+        reasoning=_reasoning(wire),
+        sampling=decode_sampling(wire, limits),
+        n=wire.n or 1,
+        best_of=wire.best_of,
+        logprobs=wire.logprobs,
+        top_logprobs=wire.top_logprobs,
+        parallel_tool_calls=wire.parallel_tool_calls if choice is None else None,
+        chat_template_kwargs=template_kwargs(wire.chat_template_kwargs),
+        continuous_usage_stats=options.continuous_usage_stats if options is not None else None,
         surface="openai",
         request_id=request_id,
     )
     return OpenAIRequest(chat=chat, include_usage=bool(options and options.include_usage))
+
+
+def _reasoning(wire: w.ChatCompletionRequest) -> ReasoningConfig | None:
+    """vLLM's `reasoning_effort` and `thinking_token_budget` as the canonical reasoning config."""
+    effort, budget = wire.reasoning_effort, wire.thinking_token_budget
+    if effort is None and budget is None:
+        return None
+    if effort == "none":
+        return ReasoningConfig(enabled=False, budget_tokens=budget)
+    return ReasoningConfig(effort=effort, budget_tokens=budget)
+
+
+def template_kwargs(raw: msgspec.Raw | msgspec.UnsetType) -> dict[str, Any] | None:
+    """`chat_template_kwargs`: an object of at most MAX_TEMPLATE_KWARGS members and
+    MAX_TEMPLATE_KWARGS_BYTES bytes (the chat template reads them; they cost nothing else)."""
+    kwargs: dict[str, Any] | None = json_member(raw, "chat_template_kwargs", MAX_TEMPLATE_KWARGS_BYTES)
+    if kwargs is not None and len(kwargs) > MAX_TEMPLATE_KWARGS:
+        raise InvalidRequest(f"`chat_template_kwargs` has {len(kwargs)} members; this gateway accepts at most "
+                             f"{MAX_TEMPLATE_KWARGS}.", param="chat_template_kwargs")
+    return kwargs
 
 
 def _max_tokens(wire: w.ChatCompletionRequest, cap: int | None) -> int | None:

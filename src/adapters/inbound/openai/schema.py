@@ -1,9 +1,10 @@
 """OpenAI Chat Completions wire types, with their decoders and encoders built once.
 
-Requests are decoded twice over: `TOP_DECODER` splits the body into raw top-level
-members (so members this module does not name pass through as `extras`, byte for
-byte), and `REQUEST_DECODER` reads the named ones with their types checked, so its
-error paths (`$.messages[0].content`) name the offending field.
+A request is decoded once, into the members named here, with their types and bounds
+checked (error paths such as `$.messages[0].content` name the offending field). Every
+member not named here is dropped: only what the gateway models reaches an upstream
+(`domain.sampling`, SECURITY.md). Dropping, not refusing, keeps OpenAI clients working that
+send members vLLM does not know.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from adapters.inbound._shared.problem import ErrorInfo as ErrorInfo
 from adapters.inbound._shared.problem import Problem as Problem
+from domain import sampling as s
 
 # --- request -------------------------------------------------------------------
 
@@ -100,10 +102,20 @@ class NamedToolChoice(Struct, tag="function", tag_field="type", kw_only=True):
 
 class StreamOptions(Struct, kw_only=True):
     include_usage: bool | None = True  # as vLLM: true when the object is present
+    continuous_usage_stats: bool | None = None  # vLLM: usage in every chunk
+
+
+# JSON documents a client sizes (a schema, a grammar, template variables): kept as received,
+# their size bounded as sent (`max_tool_schema_bytes`) before they are decoded.
+_OBJECT = {"type": "object", "additionalProperties": {}}
+JsonObject = Annotated[Raw, msgspec.Meta(extra_json_schema={"extra": _OBJECT})]
+JsonSchemaOrText = Annotated[Raw, msgspec.Meta(extra_json_schema={"extra": {"oneOf": [_OBJECT, {"type": "string"}]}})]
+Choices = Annotated[int, msgspec.Meta(ge=1)]
+ReasoningEffortParam = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
 class ChatCompletionRequest(Struct, kw_only=True):
-    """The members the canonical model names; every other member becomes an extra."""
+    """The members the gateway models; every other member is dropped (module doc)."""
 
     model: str
     messages: list[WireMessage]
@@ -111,7 +123,7 @@ class ChatCompletionRequest(Struct, kw_only=True):
     max_completion_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: s.TopK | None = None
     stop: str | list[str] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -121,14 +133,32 @@ class ChatCompletionRequest(Struct, kw_only=True):
     user: str | None = None
     # OpenAI's key for requests that share a prompt prefix: the gateway's KV-cache affinity key.
     prompt_cache_key: str | None = None
+    # Sequences, each bounded by the upstream's `max_choices` (`domain.sequences`).
+    n: Choices | None = None
+    best_of: Choices | None = None
+    reasoning_effort: ReasoningEffortParam | None = None
+    thinking_token_budget: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: s.TopLogprobs | None = None
+    # The allowlisted vLLM sampling parameters (`domain.sampling`).
+    min_p: s.MinP | None = None
+    repetition_penalty: s.RepetitionPenalty | None = None
+    seed: s.Seed | None = None
+    presence_penalty: s.Penalty | None = None
+    frequency_penalty: s.Penalty | None = None
+    logit_bias: s.LogitBias | None = None
+    response_format: JsonObject | UnsetType = UNSET
+    structured_outputs: JsonObject | UnsetType = UNSET
+    guided_json: JsonSchemaOrText | UnsetType = UNSET
+    guided_choice: s.GuidedChoice | None = None
+    guided_regex: s.GuidedRegex | None = None
+    chat_template_kwargs: JsonObject | UnsetType = UNSET
 
 
-KNOWN_FIELDS = frozenset(ChatCompletionRequest.__struct_fields__)
-
-TOP_DECODER = msgspec.json.Decoder(dict[str, Raw])
 REQUEST_DECODER = msgspec.json.Decoder(ChatCompletionRequest)
 OBJECT_DECODER = msgspec.json.Decoder(dict[str, Any])
 SCHEMA_DECODER = msgspec.json.Decoder(dict[str, Any] | None)
+TEXT_OR_OBJECT_DECODER = msgspec.json.Decoder(dict[str, Any] | str)
 
 # --- response ------------------------------------------------------------------
 

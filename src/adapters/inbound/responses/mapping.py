@@ -30,6 +30,7 @@ from domain.canonical import (
     Usage,
 )
 from domain.errors import InvalidRequest
+from domain.sampling import Sampling
 
 SURFACE = "responses"
 # OpenAI's own bounds on `metadata`, which every Response echoes.
@@ -65,7 +66,7 @@ def decode_request(
         tool_choice=choice,
         user=wire.user,
         reasoning=_reasoning(wire.reasoning),
-        extras=_response_format(wire.text),
+        sampling=Sampling(response_format=_response_format(wire.text)),
         surface=SURFACE,
         request_id=request_id,
     )
@@ -113,13 +114,13 @@ def _reasoning(param: w.ReasoningParam | None) -> ReasoningConfig | None:
     return ReasoningConfig(effort=param.effort)
 
 
-def _response_format(text: w.TextParam | None) -> dict[str, Any]:
-    """`text.format` as the chat `response_format` (structured output), an extra of the request."""
+def _response_format(text: w.TextParam | None) -> dict[str, Any] | None:
+    """`text.format` as the chat `response_format` (structured output)."""
     fmt = text.format if text is not None else None
     if fmt is None or fmt.type == "text":
-        return {}
+        return None
     if fmt.type == "json_object":
-        return {"response_format": {"type": "json_object"}}
+        return {"type": "json_object"}
     if fmt.schema is None:
         raise InvalidRequest("Missing required field `text.format.schema`.", param="text.format.schema")
     schema: dict[str, Any] = {"name": fmt.name or "response", "schema": fmt.schema}
@@ -127,7 +128,7 @@ def _response_format(text: w.TextParam | None) -> dict[str, Any]:
         schema["strict"] = fmt.strict
     if fmt.description is not None:
         schema["description"] = fmt.description
-    return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    return {"type": "json_schema", "json_schema": schema}
 
 
 def _template(wire: w.RequestBody, request_id: str, created_at: int) -> o.ResponseObject:

@@ -1,8 +1,9 @@
 """Canonical text completions and embeddings -> the JSON bodies of vLLM's `/v1/completions`
 and `/v1/embeddings`.
 
-An allowlist: each body is built from the fields the canonical request models, and from
-nothing else a client sent. A stream always asks for usage (`stream_options.include_usage`),
+An allowlist: each body is built from the fields the canonical request models (the sampling
+parameters of `domain.sampling` among them), and from nothing else a client sent; the
+`cache_salt` is the gateway's own, per consumer. A stream always asks for usage (`stream_options.include_usage`),
 which the gateway needs for consumer limits; whether the client sees it is the dialect's call.
 """
 
@@ -16,8 +17,7 @@ from domain.completions import CompletionRequest, EmbeddingRequest
 
 _ENCODER = msgspec.json.Encoder()
 
-_OPTIONAL = ("suffix", "max_tokens", "temperature", "top_p", "best_of", "logprobs", "seed", "presence_penalty",
-             "frequency_penalty", "user")
+_OPTIONAL = ("suffix", "max_tokens", "temperature", "top_p", "top_k", "best_of", "logprobs", "user")
 
 
 def encode_completion(request: CompletionRequest) -> bytes:
@@ -33,9 +33,13 @@ def encode_completion(request: CompletionRequest) -> bytes:
         body["n"] = request.n
     if request.echo:
         body["echo"] = True
+    for name, value in request.sampling.fields():
+        body[name] = value
     if request.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    if request.cache_salt is not None:
+        body["cache_salt"] = request.cache_salt
     return _ENCODER.encode(body)
 
 
@@ -47,4 +51,6 @@ def encode_embeddings(request: EmbeddingRequest) -> bytes:
         body["dimensions"] = request.dimensions
     if request.user is not None:
         body["user"] = request.user
+    if request.cache_salt is not None:
+        body["cache_salt"] = request.cache_salt
     return _ENCODER.encode(body)

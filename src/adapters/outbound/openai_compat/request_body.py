@@ -16,10 +16,13 @@ Choices made here (the canonical model leaves them open):
   Qwen3-style switch, `thinking_token_budget` a newer vLLM field, `reasoning_effort`
   vLLM's level (`low`, `medium`, `high`: `minimal` and `xhigh` are sent as the nearest);
   servers or templates that do not know them ignore them.
-- Extras (client parameters canonical does not name) are merged for keys canonical
-  did not set. `stream_options` and `chat_template_kwargs` are merged key by key.
-  `stream`/`stream_options` extras never reach a non-streaming body (vLLM rejects
-  `stream_options` there, and `stream` would change the answer's shape).
+- Nothing a client sent reaches the body unless the canonical request models it: the
+  allowlisted sampling parameters (`domain.sampling`), `n` / `best_of`, logprobs, the
+  chat template's kwargs (merged with the reasoning switch, which wins). `stream_options`
+  is only sent with a stream (vLLM rejects it otherwise) and always asks for usage.
+- `cache_salt` is the gateway's own, per consumer (`domain.cache_salt`); a prefill (an
+  assistant message to continue) is vLLM's `continue_final_message` without a generation
+  prompt.
 """
 
 from __future__ import annotations
@@ -46,9 +49,6 @@ Json = dict[str, Any]
 
 # vLLM's `reasoning_effort` takes three levels; the finer canonical ones go to the nearest.
 _VLLM_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
-
-# Canonical `stream` decides these; a stray extra must not turn a call into a stream.
-_STREAM_KEYS = frozenset(("stream", "stream_options"))
 
 
 def encode_chat(request: ChatRequest, *, stream: bool | None = None) -> bytes:
@@ -82,29 +82,45 @@ def chat_body(request: ChatRequest, stream: bool) -> Json:
             _set_tool_choice(body, request.tool_choice)
     if request.user is not None:
         body["user"] = request.user
-    extras = request.extras
     reasoning = request.reasoning
+    kwargs = request.chat_template_kwargs
     if reasoning is not None:
         if reasoning.enabled is not None:
-            kwargs = extras.get("chat_template_kwargs")
-            merged = dict(kwargs) if isinstance(kwargs, dict) else {}
-            merged["enable_thinking"] = reasoning.enabled
-            body["chat_template_kwargs"] = merged
+            kwargs = {**(kwargs or {}), "enable_thinking": reasoning.enabled}
         if reasoning.budget_tokens is not None:
             body["thinking_token_budget"] = reasoning.budget_tokens
         if reasoning.effort is not None:
             body["reasoning_effort"] = _VLLM_EFFORT[reasoning.effort]
+    if kwargs is not None:
+        body["chat_template_kwargs"] = kwargs
     if stream:
         body["stream"] = True
-        options = extras.get("stream_options")
-        merged_options = dict(options) if isinstance(options, dict) else {}
-        merged_options["include_usage"] = True  # the gateway needs usage for every stream
-        body["stream_options"] = merged_options
-    if extras:
-        for key, value in extras.items():
-            if key not in body and (stream or key not in _STREAM_KEYS):
-                body[key] = value
+        options: Json = {"include_usage": True}  # the gateway needs usage for every stream
+        if request.continuous_usage_stats is not None:
+            options["continuous_usage_stats"] = request.continuous_usage_stats
+        body["stream_options"] = options
+    _sequences_and_sampling(body, request)
     return body
+
+
+def _sequences_and_sampling(body: Json, request: ChatRequest) -> None:
+    if request.n != 1:
+        body["n"] = request.n
+    if request.best_of is not None:
+        body["best_of"] = request.best_of
+    if request.logprobs is not None:
+        body["logprobs"] = request.logprobs
+    if request.top_logprobs is not None:
+        body["top_logprobs"] = request.top_logprobs
+    if request.tools and request.parallel_tool_calls is not None and "parallel_tool_calls" not in body:
+        body["parallel_tool_calls"] = request.parallel_tool_calls
+    for name, value in request.sampling.fields():
+        body[name] = value
+    if request.prefill:
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False
+    if request.cache_salt is not None:
+        body["cache_salt"] = request.cache_salt
 
 
 def map_messages(messages: list[Message]) -> list[Json]:
