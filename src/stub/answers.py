@@ -166,16 +166,16 @@ def split_arguments(arguments: str) -> list[str]:
     return [arguments[a:b] for a, b in itertools.pairwise(cuts) if b > a]
 
 
-def _usage(answer: Answer) -> dict[str, Any]:
-    p, c = answer.prompt_tokens, answer.completion_tokens
+def _usage(answer: Answer, n: int = 1) -> dict[str, Any]:
+    p, c = answer.prompt_tokens, answer.completion_tokens * n
     usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
     if answer.cached_tokens is not None:  # as vLLM with --enable-prompt-tokens-details
         usage["prompt_tokens_details"] = {"cached_tokens": answer.cached_tokens}
     return usage
 
 
-def completion_body(answer: Answer, rid: str, created: int, model: str, call_id: str) -> bytes:
-    """Non-streaming chat.completion JSON."""
+def completion_body(answer: Answer, rid: str, created: int, model: str, call_id: str, n: int = 1) -> bytes:
+    """Non-streaming chat.completion JSON; `n` choices (the same answer, indices 0..n-1)."""
     message: dict[str, Any] = {"role": "assistant", "content": "".join(answer.content)}
     if answer.reasoning:
         message["reasoning"] = "".join(answer.reasoning)
@@ -197,8 +197,8 @@ def completion_body(answer: Answer, rid: str, created: int, model: str, call_id:
             "object": "chat.completion",
             "created": created,
             "model": model,
-            "choices": [choice],
-            "usage": _usage(answer),
+            "choices": [{**choice, "index": i} for i in range(n)],
+            "usage": _usage(answer, n),
         }
     )
 
@@ -220,22 +220,23 @@ DONE_FRAME = b"data: [DONE]\n\n"
 
 
 def stream_frames(
-    answer: Answer, rid: str, created: int, model: str, call_id: str, include_usage: bool
+    answer: Answer, rid: str, created: int, model: str, call_id: str, include_usage: bool, n: int = 1
 ) -> list[bytes]:
     """SSE frames (``data: {chunk}\\n\\n``) of a streamed answer, in order."""
-    opening, tokens, closing = stream_parts(answer, rid, created, model, call_id, include_usage)
+    opening, tokens, closing = stream_parts(answer, rid, created, model, call_id, include_usage, n)
     return [*opening, *tokens, *closing]
 
 
 def stream_parts(
-    answer: Answer, rid: str, created: int, model: str, call_id: str, include_usage: bool
+    answer: Answer, rid: str, created: int, model: str, call_id: str, include_usage: bool, n: int = 1
 ) -> tuple[list[bytes], list[bytes], list[bytes]]:
     """A streamed answer's SSE frames, built from one template, in three parts.
 
     (the role chunk), (one frame per generated token: reasoning, content, tool call
     pieces), (the finish chunk, the usage chunk if asked, ``[DONE]``). vLLM writes a
     frame per engine step, so only the token frames are paced (``--chunk-delay``); the
-    frames after the last token leave with it.
+    frames after the last token leave with it. With `n` choices every frame is sent once
+    per choice index, in index order.
     """
     top = b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s' % (
         rid.encode(),
@@ -263,7 +264,17 @@ def stream_parts(
         + b'{},"logprobs":null,"finish_reason":"%s","stop_reason":%s}]}\n\n'
         % (answer.finish_reason.encode(), encode(answer.stop_reason))
     ]
+    if n > 1:
+        opening, frames, closing = _per_choice(opening, n), _per_choice(frames, n), _per_choice(closing, n)
     if include_usage:
-        closing.append(b"data: " + top + b',"choices":[],"usage":' + encode(_usage(answer)) + b"}\n\n")
+        closing.append(b"data: " + top + b',"choices":[],"usage":' + encode(_usage(answer, n)) + b"}\n\n")
     closing.append(DONE_FRAME)
     return opening, frames, closing
+
+
+_CHOICE_0 = b'"choices":[{"index":0,'
+
+
+def _per_choice(frames: list[bytes], n: int) -> list[bytes]:
+    """Each choice-0 frame once per choice index 0..n-1."""
+    return [frame.replace(_CHOICE_0, b'"choices":[{"index":%d,' % i, 1) for frame in frames for i in range(n)]

@@ -113,6 +113,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "request headers received, lower-case, in order",
     )
     parser.add_argument(
+        "--log-bodies",
+        action="store_true",
+        help="end each --log line with body= and the JSON body received (compact): what a gateway "
+        "forwarded, exactly",
+    )
+    parser.add_argument(
         "--models",
         default=None,
         metavar="A,B",
@@ -130,8 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault-after", type=_count, default=None, metavar="N",
                         help="answer the first N chat requests normally, then the --fault (default 0)")  # fmt: skip
     parser.add_argument("--max-num-seqs", type=_positive, default=None, metavar="N",
-                        help="like vLLM's: at most N chat requests generate at once, the others wait inside "
-                        "the stub in arrival order (--log lines add waiting=W; GET /metrics serves "
+                        help="like vLLM's: at most N sequences generate at once (a request for n choices is n; "
+                        "chat and text completions), the others wait inside the stub in arrival order (--log lines add "
+                        "waiting=W seqs=S; GET /metrics serves "
                         "vllm:num_requests_running and vllm:num_requests_waiting); default: no limit")  # fmt: skip
     parser.add_argument("--prefix-cache", action="store_true",
                         help="like vLLM's automatic prefix caching: keep the prompt blocks served (LRU); a "
@@ -154,7 +161,7 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         raise SystemExit("stub: --fault-after needs --fault KIND")
     return StubConfig(hold=args.hold, tokens=args.tokens, reasoning=args.reasoning,
                       error_rate=args.error_rate, seed=args.seed, log_path=args.log,
-                      log_headers=args.log_headers, stream_usage=not args.no_usage,
+                      log_headers=args.log_headers, log_bodies=args.log_bodies, stream_usage=not args.no_usage,
                       models=models, chunk_delay=args.chunk_delay,
                       fault=args.fault, fault_rate=rate, fault_after=args.fault_after or 0,
                       max_num_seqs=args.max_num_seqs, prefix_cache=args.prefix_cache,

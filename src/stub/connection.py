@@ -54,6 +54,7 @@ class Handler(Protocol):
     def release(self, proto: HttpProtocol) -> None: ...
 
     log_headers: bool
+    log_bodies: bool
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -70,6 +71,7 @@ class HttpProtocol(asyncio.Protocol):
         self.pending: deque[tuple[bytes, bytes, bytes, bool, bytes, bytes]] = deque()
         self.traceparent = b""  # of the request being answered
         self.header_names = b""  # of the request being answered, with --log-headers
+        self.request_body = b""  # of the request being answered, with --log-bodies
         self.incoming_traceparent = b""
         self.incoming_names: list[bytes] = []
         self.task: asyncio.Task[None] | None = None

@@ -3,7 +3,9 @@
 Shaped like vLLM's answers, deterministic, and counted in flight with the chat requests
 (one `--log` line each, `completion start ...` / `embeddings start ...`, with the shared
 `in_flight=N max_concurrent=M`), so a test sees them under the same cap. `--hold` and
-`--chunk-delay` apply; `--error-rate` and `--fault` are for chat only.
+`--chunk-delay` apply, and `--max-num-seqs` counts their sequences with the chat requests
+(each prompt's max(n, best_of), each embedding input); `--error-rate` and `--fault` are for
+chat only.
 
 - Completion text: the chat answer's words ("alpha bravo ...", `--tokens` of them, cut by
   `max_tokens`, which defaults to 16 as in vLLM, and by `stop`). With `suffix` (fill in the
@@ -54,6 +56,7 @@ class CompletionRequest(msgspec.Struct):
     max_tokens: int | None = None
     stop: str | list[str] | None = None
     n: int = 1
+    best_of: int | None = None
     echo: bool = False
     logprobs: int | None = None
     stream: bool = False
@@ -75,7 +78,7 @@ def handle(stub: Stub, proto: HttpProtocol, path: bytes, body: bytes, keep: bool
     """Answer one request on one of `PATHS`; a task when it must wait (`--hold`, `--chunk-delay`)."""
     config = stub.config
     try:
-        model, stream, kind, data = _answer(stub, path, body, keep)
+        model, stream, kind, data, sequences = _answer(stub, path, body, keep)
     except (msgspec.DecodeError, ValueError) as exc:  # ValidationError is a DecodeError
         proto.finish(response(400, error_body(400, str(exc)), keep), keep)
         return None
@@ -84,43 +87,60 @@ def handle(stub: Stub, proto: HttpProtocol, path: bytes, body: bytes, keep: bool
         return None
     line = f"{kind} start model={encode(model).decode()} stream={'true' if stream else 'false'}"
     paced = stream and config.chunk_delay
-    if not config.hold and not paced:
+    scheduler = stub.scheduler
+    if not config.hold and not paced and (scheduler is None or scheduler.free(sequences)):
         _start(stub, proto, line)
         stub.release(proto)
         proto.finish(b"".join(data), keep)
         return None
 
     async def later() -> None:
+        turn = scheduler.enter(sequences) if scheduler is not None else None
         _start(stub, proto, line)
         try:
-            if config.hold:
-                await asyncio.sleep(config.hold)
-            if not paced:
-                proto.finish(b"".join(data), keep)
+            if scheduler is None:
+                await play()
                 return
-            for piece in data[:-1]:
-                proto.write(piece)
-                await asyncio.sleep(config.chunk_delay)
-                await proto.drain()
-            proto.finish(data[-1], keep)
+            if turn is not None:
+                await scheduler.wait(turn)  # cancelled: it leaves the queue, holding nothing
+            try:
+                await play()
+            finally:
+                scheduler.leave(sequences)
         finally:
             stub.release(proto)
+
+    async def play() -> None:
+        if config.hold:
+            await asyncio.sleep(config.hold)
+        if not paced:
+            proto.finish(b"".join(data), keep)
+            return
+        for piece in data[:-1]:
+            proto.write(piece)
+            await asyncio.sleep(config.chunk_delay)
+            await proto.drain()
+        proto.finish(data[-1], keep)
 
     return asyncio.get_running_loop().create_task(later())
 
 
-def _answer(stub: Stub, path: bytes, body: bytes, keep: bool) -> tuple[str, bool, str, list[bytes]]:
-    """(model, stream, log kind, the bytes to write in order); raises ValueError / DecodeError (400)."""
+def _answer(stub: Stub, path: bytes, body: bytes, keep: bool) -> tuple[str, bool, str, list[bytes], int]:
+    """(model, stream, log kind, the bytes to write in order, sequences); raises ValueError /
+    DecodeError (400). Sequences: each embedding input, each prompt's max(n, best_of)."""
     if path == b"/v1/embeddings":
         embeddings = _EMBEDDING.decode(body)
-        return embeddings.model, False, "embeddings", [response(200, _embeddings(embeddings), keep)]
+        inputs = 1 if isinstance(embeddings.input, str) else len(embeddings.input)
+        return embeddings.model, False, "embeddings", [response(200, _embeddings(embeddings), keep)], inputs
     req = _COMPLETION.decode(body)
     answer = _completion(req, stub)
+    prompts = 1 if isinstance(req.prompt, str) else len(req.prompt)
+    sequences = prompts * max(req.n, req.best_of or 1)
     if not req.stream:
-        return req.model, False, "completion", [response(200, answer[0], keep)]
+        return req.model, False, "completion", [response(200, answer[0], keep)], sequences
     head = STREAM_HEAD + (b"\r\n" if keep else b"connection: close\r\n\r\n")
     return req.model, True, "completion", [head + chunked(answer[:1]), *(chunked([f]) for f in answer[1:]),
-                                           CHUNKED_END]
+                                           CHUNKED_END], sequences
 
 
 def _start(stub: Stub, proto: HttpProtocol, line: str) -> None:
@@ -129,7 +149,10 @@ def _start(stub: Stub, proto: HttpProtocol, line: str) -> None:
     stub.in_flight += 1
     stub.max_concurrent = max(stub.max_concurrent, stub.in_flight)
     if stub.log_fd is not None:
-        text = f"{time.time():.3f} {line} in_flight={stub.in_flight} max_concurrent={stub.max_concurrent}\n"
+        scheduler = stub.scheduler
+        seqs = f" waiting={scheduler.waiting} seqs={scheduler.used}" if scheduler is not None else ""
+        text = (f"{time.time():.3f} {line} in_flight={stub.in_flight} max_concurrent={stub.max_concurrent}{seqs}"
+                f"{stub.logged_body(proto)}\n")
         os.write(stub.log_fd, text.encode())
 
 

@@ -61,6 +61,12 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     stop: str | list[str] | None = None
     tools: list[Tool] | None = None
     tool_choice: str | NamedChoice | None = None
+    n: int | None = None  # choices: n sequences of the --max-num-seqs places
+    best_of: int | None = None
+
+    @property
+    def sequences(self) -> int:
+        return max(self.n or 1, self.best_of or 1)
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):

@@ -58,6 +58,7 @@ class StubConfig:
     seed: int = 0
     log_path: str | None = None
     log_headers: bool = False  # header names on each --log line (what a gateway forwarded)
+    log_bodies: bool = False  # the JSON body received at the end of each --log line
     models: tuple[str, ...] = ()
     chunk_delay: float = 0.0
     stream_usage: bool = True  # False: ignore include_usage, as llama.cpp's server does
@@ -84,6 +85,7 @@ class Stub:
     def __init__(self, config: StubConfig) -> None:
         self.config = config
         self.log_headers = config.log_headers and bool(config.log_path)
+        self.log_bodies = config.log_bodies and bool(config.log_path)
         self.rng = random.Random(config.seed)
         self.faults = (
             FaultPicker(config.fault, config.fault_rate, self.rng, config.fault_after) if config.fault else None
@@ -139,8 +141,9 @@ class Stub:
         proves no credential was forwarded without the stub ever writing one down). With
         ``--max-num-seqs``, ``waiting=W`` counts the requests received and not generating
         once this one arrived (itself included when it must wait: W > 0 means a request
-        queued inside the server); with ``--prefix-cache``, ``prompt_tokens=P
-        cached_tokens=C``.
+        queued inside the server) and ``seqs=S`` the sequences generating (a request for n
+        choices is n); with ``--prefix-cache``, ``prompt_tokens=P cached_tokens=C``; with
+        ``--log-bodies``, ``body=`` and the JSON body received, compact, ends the line.
         """
         proto.counted = True
         self.in_flight += 1
@@ -154,12 +157,23 @@ class Stub:
                 f"user={encode(last_user_text(req.messages)[:USER_PREFIX]).decode()}"
                 + (f" traceparent={proto.traceparent.decode('latin-1')}" if proto.traceparent else "")
                 + (f" headers={proto.header_names.decode('latin-1')}" if self.log_headers else "")
-                + (f" waiting={self.scheduler.waiting}" if self.scheduler is not None else "")
+                + (f" waiting={self.scheduler.waiting} seqs={self.scheduler.used}" if self.scheduler is not None
+                   else "")
                 + (f" prompt_tokens={prompt} cached_tokens={cached}" if cached is not None else "")
                 + (f" fault={fault}" if fault else "")
+                + self.logged_body(proto)
                 + "\n"
             )
             os.write(self.log_fd, line.encode())
+
+    def logged_body(self, proto: HttpProtocol) -> str:
+        """`` body={...}`` (the request's JSON, compact) with --log-bodies, else nothing."""
+        if not self.log_bodies:
+            return ""
+        try:
+            return " body=" + encode(msgspec.json.decode(proto.request_body)).decode()
+        except msgspec.DecodeError:
+            return " body=" + encode(proto.request_body.decode(errors="replace")).decode()
 
     def release(self, proto: HttpProtocol) -> None:
         """Idempotent: called when the answer is written and when the client goes away."""
@@ -171,6 +185,8 @@ class Stub:
         self, proto: HttpProtocol, method: bytes, path: bytes, body: bytes, keep: bool
     ) -> asyncio.Task[None] | None:
         """Answer one request; returns a task when the answer must wait (hold, chunk delay)."""
+        if self.log_bodies:
+            proto.request_body = body
         if path == b"/v1/chat/completions" and method == b"POST":
             return self.chat(proto, body, keep)
         if path in generate.PATHS and method == b"POST":  # text completions, embeddings
@@ -222,14 +238,14 @@ class Stub:
         if (
             self.immediate
             and not (req.stream and self.config.chunk_delay)
-            and (self.scheduler is None or self.scheduler.free())
+            and (self.scheduler is None or self.scheduler.free(req.sequences))
         ):
             rid, call_id, created = self._ids()
             if req.stream:
-                frames = stream_frames(answer, rid, created, req.model, call_id, self._usage_wanted(req))
+                frames = stream_frames(answer, rid, created, req.model, call_id, self._usage_wanted(req), req.n or 1)
                 out = self._stream_head(keep) + chunked(frames) + CHUNKED_END
             else:
-                out = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
+                out = response(200, completion_body(answer, rid, created, req.model, call_id, req.n or 1), keep)
             self.start(proto, req)
             self.release(proto)
             proto.finish(out, keep)
@@ -265,7 +281,7 @@ class Stub:
 
         async def run() -> None:
             scheduler, cache = self.scheduler, self.cache
-            turn = scheduler.enter() if scheduler is not None else None
+            turn = scheduler.enter(req.sequences) if scheduler is not None else None
             cached, prompt = None, 0
             if cache is not None and fault is None:  # looked up (and kept) on arrival
                 tokens = token_ids(message_texts(req.messages))
@@ -280,7 +296,7 @@ class Stub:
                 try:
                     await play(cached)
                 finally:
-                    scheduler.leave()
+                    scheduler.leave(req.sequences)
             finally:
                 self.release(proto)
 
@@ -313,12 +329,13 @@ class Stub:
             wait += cfg.prefill_ms_per_1k_tokens * (answer.prompt_tokens - cached) / 1e6
         rid, call_id, created = self._ids()
         if not req.stream:
-            payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
+            payload = response(200, completion_body(answer, rid, created, req.model, call_id, req.n or 1), keep)
             if wait:
                 await asyncio.sleep(wait)
             proto.finish(payload, keep)
             return
-        opening, tokens, closing = stream_parts(answer, rid, created, req.model, call_id, self._usage_wanted(req))
+        opening, tokens, closing = stream_parts(answer, rid, created, req.model, call_id, self._usage_wanted(req),
+                                                req.n or 1)
         if wait:
             await asyncio.sleep(wait)
         delay = cfg.chunk_delay
