@@ -160,9 +160,10 @@ def test_client_parameters_reach_the_upstream_and_its_extra_fields_come_back(
         model="capture", messages=USER, seed=7, logprobs=True, top_logprobs=2, n=1, presence_penalty=0.5,
         response_format={"type": "json_object"}, reasoning_effort="low", extra_body=extra)  # fmt: skip
     sent = capture.bodies[-1]
-    expected = {"seed": 7, "logprobs": True, "top_logprobs": 2, "n": 1, "presence_penalty": 0.5,
+    expected = {"seed": 7, "logprobs": True, "top_logprobs": 2, "presence_penalty": 0.5,
                 "response_format": {"type": "json_object"}, "reasoning_effort": "low", **extra}  # fmt: skip
     assert {k: sent.get(k) for k in expected} == expected
+    assert "n" not in sent  # n = 1 is vLLM's default: only other values are sent
     logprobs = completion.choices[0].logprobs  # relayed although canonical has no such field
     assert logprobs is not None and logprobs.content is not None and logprobs.content[0].token == "ok"
 

@@ -1,0 +1,102 @@
+"""Sequences, not requests (issue 19): a request for k choices takes k slots of its upstream's cap.
+
+A real stub with `--max-num-seqs 6` (vLLM's own bound, which counts sequences: a request for
+n choices is n) behind a real gateway whose cap is 6 (`max_in_flight`) and whose
+`max_choices` is 4. Concurrent `n = 4` requests must never put more than 6 sequences on the
+stub at once: no stub log line may show a request waiting inside the model server
+(`waiting=W` with W > 0) or more than 6 sequences generating. Counted as one slot per
+request, as before, six such requests were admitted together: 24 sequences on 6 places.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from tests.support.processes import Proc, Processes, upstream_toml
+
+MODEL, WIDE = "reasoning", "wide"
+USER = [{"role": "user", "content": "count"}]
+CAP = {"sequence_slots": 7, "max_in_flight": 6, "queue_depth": 32, "queue_timeout_seconds": 30}
+LINE = re.compile(r"in_flight=(\d+) .*waiting=(\d+) seqs=(\d+)")
+
+
+@dataclass
+class Edge:
+    gateway: Proc
+    log: Path
+
+    def lines(self) -> list[tuple[int, int, int]]:
+        text = self.log.read_text() if self.log.exists() else ""
+        return [(int(m[1]), int(m[2]), int(m[3])) for m in map(LINE.search, text.splitlines()) if m]
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    workdir = tmp_path_factory.mktemp("sequences")
+    procs = Processes(workdir)
+    log = workdir / "stub.log"
+    try:
+        stub = procs.stub("--tokens", "4", "--hold", "0.25", "--max-num-seqs", "6", log=log)
+        wide = procs.stub("--tokens", "2")
+        toml = (upstream_toml(MODEL, stub.url, [MODEL], CAP, extra="max_choices = 4\n")
+                + upstream_toml(WIDE, wide.url, [WIDE], CAP, extra="max_choices = 8\n"))
+        yield Edge(procs.gateway(toml), log)
+    finally:
+        procs.stop_all()
+
+
+async def test_concurrent_n4_requests_never_exceed_the_model_servers_sequences(edge: Edge) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{edge.gateway.url}/v1", api_key="x", max_retries=0, timeout=60)
+    before = len(edge.lines())
+
+    async def plain() -> int:
+        answer = await client.chat.completions.create(model=MODEL, messages=USER, n=4)  # type: ignore[arg-type]
+        return len(answer.choices)
+
+    async def streamed() -> int:
+        stream = await client.chat.completions.create(model=MODEL, messages=USER, n=4,  # type: ignore[arg-type]
+                                                      stream=True)
+        indices = {choice.index async for chunk in stream for choice in chunk.choices}
+        return len(indices)
+
+    async def text() -> int:
+        answer = await client.completions.create(model=MODEL, prompt="x", n=2, best_of=4)
+        return len(answer.choices)
+
+    counts = await asyncio.wait_for(asyncio.gather(*(plain() for _ in range(3)), *(streamed() for _ in range(3)),
+                                                   text()), 60)  # fmt: skip
+    assert counts == [4] * 6 + [2]  # every answer has its n choices
+    lines = edge.lines()[before:]
+    assert len(lines) == 7
+    assert all(waiting == 0 for _, waiting, _ in lines), lines  # nothing queued inside the model server
+    assert max(seqs for _, _, seqs in lines) <= 6 and max(in_flight for in_flight, _, _ in lines) == 1, lines
+    await client.close()
+
+
+async def test_slots_come_back_after_k_sequence_requests(edge: Edge) -> None:
+    async with httpx.AsyncClient(timeout=20) as http:
+        await http.post(f"{edge.gateway.url}/v1/chat/completions", json={"model": MODEL, "messages": USER, "n": 3})
+        metrics = (await http.get(f"{edge.gateway.ops_url}/metrics")).text
+    in_use = re.search(r'gateway_upstream_slots_in_use\{upstream="reasoning"\} (\S+)', metrics)
+    assert in_use is not None and float(in_use[1]) == 0.0, metrics[-2000:]
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"model": WIDE, "messages": USER, "n": 7}),
+    ("/v1/chat/completions", {"model": WIDE, "messages": USER, "n": 2, "best_of": 8}),
+    ("/v1/completions", {"model": WIDE, "prompt": ["a", "b"], "n": 4}),
+    ("/v1/embeddings", {"model": WIDE, "input": ["a"] * 7}),
+])  # fmt: skip
+def test_more_sequences_than_the_cap_can_ever_grant_are_400(edge: Edge, path: str, body: dict[str, object]) -> None:
+    answer = httpx.post(edge.gateway.url + path, json=body, timeout=20)
+    assert answer.status_code == 400, answer.text
+    problem = answer.json()
+    assert problem["type"].endswith("too_many_sequences") and problem["error"]["type"] == "invalid_request_error"
+    assert "6" in problem["error"]["message"]
