@@ -79,3 +79,17 @@ def test_prefix_cache_recomputes_the_last_token_and_evicts_least_recently_used()
     cache.serve(list(range(1000, 1000 + 2 * BLOCK_TOKENS)))  # evicts both of `exact`'s blocks
     assert cache.serve(exact) == 0
     assert cache.serve([]) == 0 and cache.serve([1, 2, 3]) == 0
+
+
+async def test_a_request_for_n_choices_takes_n_places_and_waits_in_its_place() -> None:
+    scheduler = Scheduler(6)
+    assert scheduler.enter(4) is None and scheduler.used == 4
+    big, small = scheduler.enter(4), scheduler.enter(1)  # 1 would fit, but must not overtake
+    assert big is not None and small is not None and scheduler.waiting == 2
+    waiters = [asyncio.create_task(scheduler.wait(big)), asyncio.create_task(scheduler.wait(small))]
+    await asyncio.sleep(0)
+    assert not big.done() and not small.done()
+    scheduler.leave(4)  # both fit now: granted in arrival order
+    await asyncio.gather(*waiters)
+    assert (scheduler.used, scheduler.running, scheduler.waiting) == (5, 2, 0)
+    assert scheduler.places(64) == 6 and scheduler.enter(64) is not None  # never more than all places
