@@ -90,7 +90,8 @@ def test_echo_logprobs_stop_and_an_alias(client: openai.OpenAI) -> None:
 
 
 @pytest.mark.parametrize(("extra", "param"), [
-    ({"n": 2}, "n"), ({"best_of": 3}, "best_of"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": [1, 2]}, "prompt"),
+    ({"n": 2}, "n"), ({"best_of": 3}, "best_of"), ({"prompt": [1, 2]}, "prompt"),
+    ({"logit_bias": {"1": 500}}, "logit_bias"), ({"min_p": 3}, "min_p"),
     ({"prompt": []}, "prompt"), ({"max_tokens": 65}, "max_tokens"), ({"logprobs": -1}, "logprobs"),
 ])
 def test_refusals_name_the_field(client: openai.OpenAI, extra: dict[str, Any], param: str) -> None:
