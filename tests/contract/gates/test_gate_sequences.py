@@ -205,6 +205,29 @@ async def test_two_processes_share_the_per_replica_counts(make_gate: MakeGate) -
         await one.release()
 
 
+@pytest.mark.parametrize("fairness", ["fifo", "fair"])
+async def test_the_snapshot_counts_waiters_per_consumer_priority(make_gate: MakeGate, fairness: str) -> None:
+    """Issue 24 (c): both backends report the queue depth per consumer priority."""
+    gate = await make_gate({"up": policy(cap=1, depth=8, fairness=fairness)})
+    held = await gate.enter("up")
+    assert gate.snapshot("up").queued_by_priority is None  # nobody waits
+    tickets = [await gate.enter("up", Consumer(name=name, priority=p))
+               for name, p in [("a", 0), ("b", 5), ("c", -3), ("d", 5), ("e", 0)]]
+    assert all(t.queued for t in tickets)
+    assert gate.snapshot("up").queued_by_priority == {0: 2, 5: 2, -3: 1}
+    await tickets[1].cancel()
+    await tickets[2].cancel()
+    await eventually(lambda: gate.snapshot("up").queued_by_priority == {0: 2, 5: 1})
+    await held.release()  # fifo: "a" (0) goes in; fair: "d" (5) does
+    lease = await granted(tickets[0] if fairness == "fifo" else tickets[3])
+    await eventually(lambda: gate.snapshot("up").queued_by_priority
+                     == ({0: 1, 5: 1} if fairness == "fifo" else {0: 2}))
+    for ticket in tickets:
+        await ticket.cancel()
+    await lease.release()
+    await eventually(lambda: gate.snapshot("up").queued_by_priority is None and gate.snapshot("up").in_use == 0)
+
+
 # -- differential: the memory gate and two Redis "processes" on one operation sequence -----
 
 _ENTER = st.tuples(st.just("enter"), st.sampled_from([1, 1, 1, 2, 3]), st.sampled_from(["a", "b", "hi"]))
@@ -305,6 +328,7 @@ async def test_memory_and_redis_decide_alike(
             await redis[0]._call(redis[0]._ups["up"], "maintain", redis[0]._owner)  # fresh shared counts
             assert memory.snapshot("up").in_use == redis[0].snapshot("up").in_use, step
             assert memory.snapshot("up").queued == redis[0].snapshot("up").queued, step
+            assert memory.snapshot("up").queued_by_priority == redis[0].snapshot("up").queued_by_priority, step
             assert [(x.address, x.state, x.in_flight) for x in memory.replicas("up")] == \
                    [(x.address, x.state, x.in_flight) for x in redis[0].replicas("up")], step
         for m, r in waiting:
