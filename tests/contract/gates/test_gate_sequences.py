@@ -435,3 +435,26 @@ async def test_a_k_head_that_times_out_lets_the_next_in(make_gate: MakeGate) -> 
     for one in (lease, held):
         await one.release()
     await eventually(lambda: gate.snapshot("up").in_use == 0)
+
+
+async def test_a_fenced_process_k_slots_on_a_replica_go_back(make_gate: MakeGate) -> None:
+    """A lost lease (the process paused past its heartbeat lease) frees its k and its replica's k."""
+    if make_gate.kind == "memory":  # type: ignore[attr-defined]
+        return  # one process holds every slot it counts: never lost
+    a = await make_gate({"up": policy(cap=4, depth=4)}, {"up": 4}, lease_seconds=1.0)
+    b = await make_gate({"up": policy(cap=4, depth=4)}, {"up": 4}, lease_seconds=30.0)
+    for gate in (a, b):
+        gate.set_replicas("up", [A])
+    await asyncio.sleep(0.05)
+    paused = await granted(await a.enter("up", slots=3))
+    assert (paused.slots, paused.replica) == (3, A)
+    waiting = await b.enter("up", slots=2)
+    assert waiting.queued
+    time.sleep(1.3)  # noqa: ASYNC251 -- a stop-the-world pause longer than the lease
+    await asyncio.wait_for(paused.lost.wait(), 3.0)
+    lease = await granted(waiting, 3.0)  # the 3 slots on A came back to the pool
+    assert (lease.slots, lease.replica) == (2, A)
+    await paused.release()  # late release of reclaimed slots: no effect
+    await eventually(lambda: counts(b) == {A: 2} and b.snapshot("up").in_use == 2)
+    await lease.release()
+    await eventually(lambda: counts(b) == {A: 0} and b.snapshot("up").in_use == 0)
