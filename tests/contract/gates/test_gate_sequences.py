@@ -458,3 +458,23 @@ async def test_a_fenced_process_k_slots_on_a_replica_go_back(make_gate: MakeGate
     await eventually(lambda: counts(b) == {A: 2} and b.snapshot("up").in_use == 2)
     await lease.release()
     await eventually(lambda: counts(b) == {A: 0} and b.snapshot("up").in_use == 0)
+
+
+async def test_a_graceful_close_gives_back_k_slots_per_replica(make_gate: MakeGate) -> None:
+    """`close()` purges what the process still holds: its k slots and its replicas' counts."""
+    if make_gate.kind == "memory":  # type: ignore[attr-defined]
+        return  # nothing shared to give back
+    a = await make_gate({"up": policy(cap=8, depth=4)}, {"up": 4})
+    b = await make_gate({"up": policy(cap=8, depth=4)}, {"up": 4})
+    for gate in (a, b):
+        gate.set_replicas("up", [A, B])
+    await asyncio.sleep(0.05)
+    mine = [await granted(await a.enter("up", slots=k)) for k in (3, 2)]
+    assert [(one.slots, one.replica) for one in mine] == [(3, A), (2, B)]
+    queued = await a.enter("up", slots=4)  # no replica has 4 free: a queue entry of a's
+    assert queued.queued
+    await a.close()  # leases and queue entry given back at once, no lease expiry needed
+    entry = await b.enter("up", slots=4)
+    assert not entry.queued and entry.replica == A
+    await eventually(lambda: counts(b) == {A: 4, B: 0} and b.snapshot("up").queued == 0)
+    await entry.release()
