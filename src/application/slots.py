@@ -10,7 +10,6 @@ record note how it went, and a lease lost to the shared ledger aborts the call.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -74,14 +73,11 @@ def salted(request: R, consumer: Consumer) -> R:
 class Slots:
     """Admission through one gate, with its span and the record's queue wait."""
 
-    __slots__ = ("_clock", "_gate", "_takes_sequences", "_tracer", "_update_interval")
+    __slots__ = ("_clock", "_gate", "_tracer", "_update_interval")
 
     def __init__(self, gate: AdmissionGate, clock: Clock, tracer: Tracer | None = None,
                  queue_update_interval: float = 1.0) -> None:
         self._gate = gate
-        # TRANSITION: a gate without the `slots` parameter (the Redis gate until it counts
-        # sequences too) admits a k-sequence request as one slot, as every gate did before.
-        self._takes_sequences = "slots" in inspect.signature(gate.enter).parameters
         self._clock = clock
         self._tracer = tracer or NullTracer()
         self._update_interval = queue_update_interval
@@ -95,8 +91,6 @@ class Slots:
         if slots != 1:
             span.set("gateway.sequences", slots)
         try:
-            if slots == 1 or not self._takes_sequences:
-                return await self._gate.enter(upstream, consumer)
             return await self._gate.enter(upstream, consumer, slots=slots)
         except GatewayError as error:
             span.set("gateway.admission.outcome", error.kind)

@@ -79,7 +79,7 @@ class FakeGate:
         self.reject = reject
         self.consumers: list[Consumer] = []  # who entered, in order
 
-    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS) -> FakeLease | FakeTicket:
+    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1) -> FakeLease | FakeTicket:
         self.consumers.append(consumer)
         if self.free > 0:
             self.free -= 1
@@ -269,7 +269,7 @@ class FencedGate(FakeGate):
         super().__init__(free=1)
         self.lost = asyncio.Event()
 
-    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS) -> FakeLease | FakeTicket:
+    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1) -> FakeLease | FakeTicket:
         lease = await super().enter(upstream, consumer)
         lease.lost = self.lost  # type: ignore[union-attr]
         return lease

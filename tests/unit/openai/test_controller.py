@@ -69,7 +69,7 @@ class FakeGate:
     def __init__(self, reject: bool = False) -> None:
         self.reject, self.in_use = reject, 0
 
-    async def enter(self, upstream: str, consumer: object = None) -> FakeLease:
+    async def enter(self, upstream: str, consumer: object = None, slots: int = 1) -> FakeLease:
         if self.reject:
             raise QueueFull(retry_after=2)
         self.in_use += 1
