@@ -148,6 +148,8 @@ def test_text_format_is_the_chat_response_format() -> None:
     assert decode(text={"format": {"type": "json_object"}}).chat.sampling.response_format == {"type": "json_object"}
     assert decode(text={"format": {"type": "text"}, "verbosity": "low"}).chat.sampling == Sampling()
     refused("text.format.schema", text={"format": {"type": "json_schema", "name": "a"}})
+    big = {"type": "json_schema", "name": "a", "schema": {"description": "x" * 70000}}
+    refused("text.format.schema", text={"format": big})  # bounded like a tool's schema
 
 
 def test_accepted_and_ignored() -> None:  # and never forwarded: nothing but `sampling` carries a client's member

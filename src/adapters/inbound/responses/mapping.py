@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from adapters.inbound._shared.limits import InputLimits, too_many_tokens
+from adapters.inbound._shared.limits import InputLimits, check_raw_size, too_many_tokens
 from adapters.inbound.responses import objects as o
 from adapters.inbound.responses import schema as w
 from adapters.inbound.responses.input_items import STATELESS, decode_input
@@ -66,7 +66,7 @@ def decode_request(
         tool_choice=choice,
         user=wire.user,
         reasoning=_reasoning(wire.reasoning),
-        sampling=Sampling(response_format=_response_format(wire.text)),
+        sampling=Sampling(response_format=_response_format(wire.text, limits.max_tool_schema_bytes)),
         surface=SURFACE,
         request_id=request_id,
     )
@@ -114,8 +114,9 @@ def _reasoning(param: w.ReasoningParam | None) -> ReasoningConfig | None:
     return ReasoningConfig(effort=param.effort)
 
 
-def _response_format(text: w.TextParam | None) -> dict[str, Any] | None:
-    """`text.format` as the chat `response_format` (structured output)."""
+def _response_format(text: w.TextParam | None, max_bytes: int) -> dict[str, Any] | None:
+    """`text.format` as the chat `response_format` (structured output); its schema at most
+    `max_bytes` encoded, like a tool's."""
     fmt = text.format if text is not None else None
     if fmt is None or fmt.type == "text":
         return None
@@ -123,6 +124,7 @@ def _response_format(text: w.TextParam | None) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if fmt.schema is None:
         raise InvalidRequest("Missing required field `text.format.schema`.", param="text.format.schema")
+    check_raw_size(msgspec.json.encode(fmt.schema), max_bytes, "text.format.schema")
     schema: dict[str, Any] = {"name": fmt.name or "response", "schema": fmt.schema}
     if fmt.strict is not None:
         schema["strict"] = fmt.strict
