@@ -91,7 +91,7 @@ def test_echo_logprobs_stop_and_an_alias(client: openai.OpenAI) -> None:
 
 @pytest.mark.parametrize(("extra", "param"), [
     ({"n": 2}, "n"), ({"best_of": 3}, "best_of"), ({"prompt": [1, 2]}, "prompt"),
-    ({"logit_bias": {"1": 500}}, "logit_bias"), ({"min_p": 3}, "min_p"),
+    ({"logit_bias": {"1": 500}}, "logit_bias"), ({"presence_penalty": 3}, "presence_penalty"),
     ({"prompt": []}, "prompt"), ({"max_tokens": 65}, "max_tokens"), ({"logprobs": -1}, "logprobs"),
 ])
 def test_refusals_name_the_field(client: openai.OpenAI, extra: dict[str, Any], param: str) -> None:
@@ -112,7 +112,7 @@ def test_only_modelled_fields_reach_the_upstream(client: openai.OpenAI, capture:
     assert path == "/v1/completions"
     assert plain == {"model": "capture", "prompt": "x", "suffix": "y", "max_tokens": 3, "temperature": 0.5,
                      "top_p": 0.9, "logprobs": 2, "seed": 7, "presence_penalty": 0.1, "frequency_penalty": 0.2,
-                     "user": "u", "stop": ["z"], "echo": True}
+                     "user": "u", "stop": ["z"], "echo": True, "guided_json": {"type": "object"}}  # allowlisted
     assert stream == {"model": "capture", "prompt": "x", "stream": True, "stream_options": {"include_usage": True}}
 
 
