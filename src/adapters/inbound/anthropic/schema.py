@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from domain.sampling import MAX_TOP_K
+
 
 class Wire(Struct, kw_only=True, omit_defaults=True):
     """Base of every wire type."""
@@ -146,7 +148,7 @@ class MessagesParams(CountTokensParams, kw_only=True):
     stop_sequences: list[str] | None = None
     temperature: Annotated[float, Meta(ge=0, le=1)] | None = None
     top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
-    top_k: Annotated[int, Meta(ge=0)] | None = None
+    top_k: Annotated[int, Meta(ge=0, le=MAX_TOP_K)] | None = None
     metadata: Metadata | None = None
 
 
