@@ -5,12 +5,15 @@ from __future__ import annotations
 import enum
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import TypeVar
 
 import msgspec
 
 from domain.consumers import ANONYMOUS, Consumer
+from domain.errors import TooManySequences
 from domain.fair_queue import FairOrder
+from domain.replicas import Replica, ReplicaSet
 
 K = TypeVar("K")
 FIFO, FAIR = "fifo", "fair"
@@ -86,7 +89,20 @@ class SlotLedger:
     Every `arrive` issues a new ticket id (1, 2, 3, ...; ids are arrival order). A ticket
     ends exactly once: released after admission, withdrawn by `cancel`, expired (reported
     by `expire`), drained by `close`, or rejected at arrival. Invariant: a ticket waits
-    only while every slot is taken, so a free slot never idles next to a waiter.
+    only while the queue's head does not fit, so free slots never idle next to a head
+    that could take them.
+
+    Sequences, not requests: a ticket takes `slots` (k >= 1) of the cap, all at once or
+    none. It waits until k are free IN ITS PLACE in the queue: the head is admitted first
+    or nobody is (head-of-line), so a k-request at the head is never overtaken by later
+    1-requests; a head that leaves (admitted, cancelled, expired) lets the next one in
+    at once if it fits. k above the cap can never be granted: `TooManySequences`.
+
+    Replicas (`replica_limit` given): the ledger holds a `ReplicaSet` (none ready until
+    `set_replicas`). A ticket fits when in_flight + k <= the live cap (min(cap, the ready
+    replicas' slots)) AND one ready replica has k free; admission binds it to
+    `domain.replicas.pick`'s choice (fewest in flight, ties round robin) in the same step,
+    and `binding` tells which. k above `replica_limit` is `TooManySequences` too.
 
     Design, so that no operation walks the queue:
     - the queue is an OrderedDict ticket -> deadline: append, pop-front and removal from
@@ -116,12 +132,15 @@ class SlotLedger:
         "_by_consumer",
         "_by_priority",
         "_fair",
+        "_granted",
         "_lapsed",
         "_min_capacity",
         "_next",
         "_queue",
         "_service",
         "_tree",
+        "_used",
+        "_want",
         "_who",
         "abandoned",
         "admitted",
@@ -131,15 +150,21 @@ class SlotLedger:
         "queued_total",
         "rejected_draining",
         "rejected_full",
+        "replicas",
         "timed_out",
     )
 
-    def __init__(self, policy: AdmissionPolicy, *, min_capacity: int = 64) -> None:
+    def __init__(self, policy: AdmissionPolicy, *, min_capacity: int = 64, replica_limit: int | None = None) -> None:
         self.policy = policy.validate()
         self.closed = False
         self._next = 1
         self._queue: OrderedDict[int, float] = OrderedDict()  # ticket -> deadline
-        self._admitted: dict[int, float] = {}  # ticket -> admitted at
+        # ticket -> (admitted at, slots, replica address or None)
+        self._admitted: dict[int, tuple[float, int, str | None]] = {}
+        self._used = 0  # slots held by admitted tickets (sum of their k)
+        self._want: dict[int, int] = {}  # queued ticket -> slots it asks for (only k > 1)
+        self._granted: list[int] = []  # queued tickets admitted, not yet reported
+        self.replicas = None if replica_limit is None else ReplicaSet(replica_limit)
         self._lapsed: list[int] = []  # expired, not yet reported by `expire`
         self._min_capacity = max(2, min_capacity)
         self._base = 1
@@ -155,7 +180,49 @@ class SlotLedger:
 
     @property
     def in_flight(self) -> int:
+        """Slots held (a ticket taking k counts k)."""
+        return self._used
+
+    @property
+    def requests(self) -> int:
+        """Admitted tickets holding slots."""
         return len(self._admitted)
+
+    def live_cap(self) -> int:
+        """The cap now: the admission cap, or with replicas min(it, the ready replicas' slots)."""
+        cap = self.policy.max_in_flight
+        return cap if self.replicas is None else self.replicas.live_cap(cap)
+
+    def binding(self, ticket: int) -> tuple[int, str | None]:
+        """(slots, replica) of an admitted ticket; KeyError when it holds none."""
+        _, slots, replica = self._admitted[ticket]
+        return slots, replica
+
+    def replica_view(self) -> list[Replica]:
+        """The replicas now (ready and draining, in address order); [] without replicas."""
+        return [] if self.replicas is None else self.replicas.replicas()
+
+    def set_replicas(self, ready: Iterable[str], now: float) -> list[int]:
+        """A new discovery answer: missing replicas drain, new ones take requests; returns the
+        queued tickets admitted because capacity appeared (also reported by `granted`)."""
+        if self.replicas is None:
+            raise ValueError("this ledger has no replicas")
+        self.replicas.update(ready)
+        self._promote(now)
+        return self.granted()
+
+    def granted(self) -> list[int]:
+        """Queued tickets admitted since the last call (by any operation), in dispatch order."""
+        out, self._granted = self._granted, []
+        return out
+
+    def check(self, slots: int) -> None:
+        """Raise `TooManySequences` when `slots` could never be granted here."""
+        cap = self.policy.max_in_flight
+        if slots > cap:
+            raise TooManySequences(slots, cap)
+        if self.replicas is not None and slots > self.replicas.limit:
+            raise TooManySequences(slots, self.replicas.limit)
 
     @property
     def queued(self) -> int:
@@ -184,18 +251,24 @@ class SlotLedger:
     def queued_of(self, consumer: str) -> int:
         return self._by_consumer.get(consumer, 0)
 
-    def arrive(self, now: float, consumer: Consumer = ANONYMOUS) -> Decision:
+    def arrive(self, now: float, consumer: Consumer = ANONYMOUS, slots: int = 1) -> Decision:
+        """Admit, queue or reject a request taking `slots`; raises `TooManySequences` (and
+        issues no ticket) when `slots` is above the cap or the replica limit."""
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise ValueError(f"slots must be an integer >= 1, got {slots!r}")
+        self.check(slots)
         ticket = self._next
         self._next = ticket + 1
         if self.closed:
             self.rejected_draining += 1
             return Decision(Outcome.CLOSED, ticket, retry_after=DEFAULT_RETRY_AFTER)
         policy = self.policy
-        if len(self._admitted) < policy.max_in_flight:  # then the queue is empty
-            self._admitted[ticket] = now
-            self.admitted += 1
+        if self._queue:
+            self._lapse(now)
+            if self._queue:
+                self._promote(now)  # a head that lapsed may have let the next ones in
+        if not self._queue and self._admit(ticket, slots, now):
             return Decision(Outcome.ADMITTED, ticket)
-        self._lapse(now)
         name, share = consumer.name, policy.max_queued_per_consumer
         if len(self._queue) >= policy.queue_depth or (share is not None and self.queued_of(name) >= share):
             self.rejected_full += 1
@@ -207,6 +280,8 @@ class SlotLedger:
         self._who[ticket] = (name, priority)
         self._by_consumer[name] = self._by_consumer.get(name, 0) + 1
         self._by_priority[priority] = self._by_priority.get(priority, 0) + 1
+        if slots != 1:
+            self._want[ticket] = slots
         if self._fair is None:
             self._mark(ticket, 1)
         else:
@@ -214,37 +289,34 @@ class SlotLedger:
         return Decision(Outcome.QUEUED, ticket, deadline)
 
     def release(self, ticket: int, now: float) -> list[int]:
-        """Free `ticket`'s slot; return the tickets admitted in its place, in dispatch order.
+        """Free all of `ticket`'s slots (and its replica's); return the tickets admitted in
+        its place (with any not yet reported by `granted`), in dispatch order.
 
         Raises KeyError if `ticket` holds no slot (a double release is a caller bug).
         """
-        started = self._admitted.pop(ticket)
+        started, slots, replica = self._admitted.pop(ticket)
+        self._used -= slots
+        if replica is not None:
+            assert self.replicas is not None
+            self.replicas.release(replica, slots)
         took = max(0.0, now - started)
         s = self._service
         self._service = took if s is None else s + EWMA_ALPHA * (took - s)
-        if not self._queue:
-            return []
-        self._lapse(now)
-        promoted: list[int] = []
-        queue, admitted, cap, fair = self._queue, self._admitted, self.policy.max_in_flight, self._fair
-        while queue and len(admitted) < cap:
-            if fair is None:
-                head, _ = queue.popitem(last=False)
-                self._mark(head, -1)
-            else:
-                head = fair.pop()
-                del queue[head]
-            self._forget(head)
-            admitted[head] = now
-            promoted.append(head)
-        self.admitted += len(promoted)
-        return promoted
+        if self._queue:
+            self._lapse(now)
+            self._promote(now)
+        return self.granted()
 
-    def cancel(self, ticket: int) -> Cancel:
-        """The requester hung up: withdraw a queued ticket, or say it holds a slot."""
+    def cancel(self, ticket: int, now: float | None = None) -> Cancel:
+        """The requester hung up: withdraw a queued ticket, or say it holds a slot.
+
+        A withdrawn head may let the next tickets in (a k-request blocked them): they are
+        admitted at `now` (given) and reported by `granted`."""
         if self._queue.pop(ticket, None) is not None:
             self._unqueue(ticket)
             self.abandoned += 1
+            if now is not None and self._queue:
+                self._promote(now)
             return Cancel.WITHDRAWN
         return Cancel.HOLDS_SLOT if ticket in self._admitted else Cancel.ENDED
 
@@ -256,6 +328,8 @@ class SlotLedger:
         self._lapse(now)
         if not self._lapsed:
             return []
+        if self._queue:
+            self._promote(now)  # the lapsed head may have blocked the next ones (see `granted`)
         out, self._lapsed = self._lapsed, []
         return out
 
@@ -282,6 +356,7 @@ class SlotLedger:
         self._who.clear()
         self._by_consumer.clear()
         self._by_priority.clear()
+        self._want.clear()
         if self._fair is not None:
             self._fair.clear()
         self.drained += len(out)
@@ -311,6 +386,36 @@ class SlotLedger:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _admit(self, ticket: int, slots: int, now: float) -> bool:
+        """Take `slots` for `ticket` (and bind a replica) if they fit now; False if not."""
+        if self._used + slots > self.live_cap():
+            return False
+        replica = None
+        if self.replicas is not None:
+            replica = self.replicas.take(slots)
+            if replica is None:
+                return False
+        self._admitted[ticket] = (now, slots, replica)
+        self._used += slots
+        self.admitted += 1
+        return True
+
+    def _promote(self, now: float) -> None:
+        """Admit queue heads while the head fits (head-of-line: never one from behind it)."""
+        queue, fair, want = self._queue, self._fair, self._want
+        while queue:
+            head = next(iter(queue)) if fair is None else fair.peek()
+            if not self._admit(head, want.get(head, 1), now):
+                return
+            if fair is None:
+                del queue[head]
+                self._mark(head, -1)
+            else:
+                fair.pop()
+                del queue[head]
+            self._forget(head)
+            self._granted.append(head)
+
     def _lapse(self, now: float) -> None:
         queue = self._queue
         while queue:
@@ -331,6 +436,7 @@ class SlotLedger:
         self._forget(ticket)
 
     def _forget(self, ticket: int) -> None:
+        self._want.pop(ticket, None)
         name, priority = self._who.pop(ticket)
         _decrement(self._by_consumer, name)
         _decrement(self._by_priority, priority)

@@ -34,6 +34,23 @@ class InvalidRequest(GatewayError):
         self.param = param
 
 
+class TooManySequences(GatewayError):
+    """A request asking for more sequence slots than its upstream can ever grant at once
+    (its admission `max_in_flight`, or one replica's `[endpoints] max_in_flight`): it could
+    never be admitted, so it is refused instead of queued."""
+
+    status = 400
+    kind = "too_many_sequences"
+    title = "Too many sequences"
+
+    def __init__(self, sequences: int, limit: int) -> None:
+        super().__init__(
+            f"this request needs {sequences} sequence slots, more than the {limit} this upstream can ever grant"
+        )
+        self.sequences = sequences
+        self.limit = limit
+
+
 class Unauthorized(GatewayError):
     status = 401
     kind = "unauthorized"

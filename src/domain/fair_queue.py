@@ -71,6 +71,10 @@ class FairOrder:
         self._order.remove(key)
         return True
 
+    def peek(self) -> int:
+        """The ticket `pop` would dispatch (the smallest key), without dispatching it."""
+        return cast(Key, self._order[0])[2]
+
     def pop(self) -> int:
         """Dispatch the smallest key; its band's virtual time moves to its finish tag."""
         key = cast(Key, self._order.pop(0))

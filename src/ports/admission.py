@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Protocol
 
 import msgspec
 
 from domain.consumers import ANONYMOUS, Consumer
+from domain.replicas import Replica
 
 
 class GateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -26,12 +28,17 @@ class GateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SlotLease(Protocol):
-    """A granted slot. `release` is idempotent and safe to call from `finally`."""
+    """Granted slots. `release` gives back all of them (and the replica's), is idempotent
+    and safe to call from `finally`."""
 
     queued: bool  # always False: tells a lease from a ticket without isinstance
     # Set when the slot is no longer this process's (a shared ledger fenced it): work on
     # it must stop, or the cap would be exceeded. Never set by a one-process gate.
     lost: asyncio.Event
+    slots: int  # sequence slots this lease holds (k >= 1)
+    # The replica bound at admission (its base URL, e.g. "http://127.0.0.2:8080"); None
+    # for an upstream without [endpoints].
+    replica: str | None
 
     async def release(self) -> None: ...
 
@@ -68,15 +75,36 @@ class AdmissionGate(Protocol):
     admission cannot depend on the dialect a request arrived through.
     """
 
-    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS) -> SlotLease | QueueTicket:
-        """Take a slot now, or a place in the queue (placed by `consumer`'s priority and
-        weight under `fairness = "fair"`; `QueueFull` also when the consumer already has
-        `max_queued_per_consumer` waiting).
+    async def enter(
+        self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1,
+    ) -> SlotLease | QueueTicket:
+        """Take `slots` (k) slots now, or a place in the queue (placed by `consumer`'s
+        priority and weight under `fairness = "fair"`; `QueueFull` also when the consumer
+        already has `max_queued_per_consumer` waiting).
 
-        Raises `QueueFull` when the queue is full, `Draining` while shutting down and
-        `AdmissionUnavailable` when the shared backend cannot be reached. An uncapped
-        upstream always gets a lease at once.
+        All k at once or none: a queued k-request waits in its place until k are free
+        (head-of-line: later requests never overtake it). With replicas, the request is
+        bound to one ready replica with k free (`domain.replicas.pick`), atomically with
+        the slots; `SlotLease.replica` names it.
+
+        Raises `TooManySequences` when k is above the upstream's cap (admission
+        `max_in_flight`) or above one replica's `[endpoints] max_in_flight` (it could
+        never be admitted), `QueueFull` when the queue is full, `Draining` while shutting
+        down and `AdmissionUnavailable` when the shared backend cannot be reached. An
+        uncapped upstream always gets a lease at once.
         """
+        ...
+
+    def set_replicas(self, upstream: str, ready: Iterable[str]) -> None:
+        """The replica addresses this process's discovery sees now (an upstream with
+        replicas; KeyError for another). New ones get requests; missing ones drain (their
+        requests finish, they get no new one, forgotten at 0; one that returns keeps its
+        counts). Queued requests are admitted at once when capacity appears."""
+        ...
+
+    def replicas(self, upstream: str) -> list[Replica]:
+        """The upstream's replicas now, ready and draining, in address order (metrics,
+        status); [] for an upstream without [endpoints]."""
         ...
 
     def snapshot(self, upstream: str) -> GateSnapshot: ...

@@ -8,17 +8,23 @@ snapshot, and a waiter's own timer is armed for its queue deadline.
 
 A ticket's owner must end it (`wait` -> lease, or `cancel`) on every path, e.g. in
 `except BaseException`: a slot granted to a ticket nobody collects is never given back.
+
+A request takes `slots` (k) of the cap at once, in its place in the queue (head-of-line:
+see `domain.admission.SlotLedger`). An upstream listed in `replica_limits` has replicas
+(`domain.replicas.ReplicaSet` inside its ledger): none is ready until `set_replicas`, and
+every lease is bound to the replica picked with its slots (`lease.replica`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from adapters.outbound.idle_signal import IdleSignal
 from domain.admission import AdmissionPolicy, Cancel, Outcome, SlotLedger
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import Draining, QueueFull, QueueTimeout
+from domain.replicas import Replica
 from ports.admission import GateSnapshot
 from ports.clock import Clock
 
@@ -43,28 +49,34 @@ def _wake(fut: asyncio.Future[None]) -> None:
 class _Upstream:
     __slots__ = ("admitted", "key", "ledger", "open", "waiters")
 
-    def __init__(self, key: str, policy: AdmissionPolicy | None) -> None:
+    def __init__(self, key: str, policy: AdmissionPolicy | None, replica_limit: int | None = None) -> None:
         self.key = key
-        self.ledger = None if policy is None else SlotLedger(policy)
+        if policy is None and replica_limit is not None:
+            raise ValueError(f"upstream {key!r} has replicas but no admission policy")
+        self.ledger = None if policy is None else SlotLedger(policy, replica_limit=replica_limit)
         self.open = 0  # leases held on an uncapped upstream
         self.admitted = 0  # leases ever granted on an uncapped upstream
         self.waiters: dict[int, _Ticket] = {}  # queued ticket id -> ticket
 
 
 class _Lease:
-    """A granted slot; `release` is idempotent and safe in `finally`."""
+    """Granted slots (`slots` of them, on `replica` if the upstream has replicas);
+    `release` gives all of them back, is idempotent and safe in `finally`."""
 
-    __slots__ = ("_gate", "_released", "_ticket", "_up", "lost")
+    __slots__ = ("_gate", "_released", "_ticket", "_up", "lost", "replica", "slots")
     queued = False
 
-    def __init__(self, gate: InMemoryAdmissionGate, up: _Upstream, ticket: int) -> None:
+    def __init__(
+        self, gate: InMemoryAdmissionGate, up: _Upstream, ticket: int, slots: int = 1, replica: str | None = None,
+    ) -> None:
         self._gate, self._up, self._ticket, self._released = gate, up, ticket, False
+        self.slots, self.replica = slots, replica
         self.lost = gate.never_lost  # one process holds every slot it counts: never lost
 
     async def release(self) -> None:
         if not self._released:
             self._released = True
-            self._gate._release(self._up, self._ticket)
+            self._gate._release(self._up, self._ticket, self.slots)
 
 
 class _Ticket:
@@ -123,13 +135,15 @@ class _Ticket:
     def _settle(self, now: float) -> _Lease | None:
         """The lease if granted, None while queued; raises if the ticket has ended."""
         if self._end == _WAITING:
-            if self._ledger.holds(self._id):
-                self._end = _GRANTED
-                self._lease = _Lease(self._gate, self._up, self._id)
-            else:
-                self._gate._expire(self._up, now)
-                if self._end == _WAITING:
+            ledger = self._ledger
+            if not ledger.holds(self._id):
+                self._gate._expire(self._up, now)  # may end it, or admit it (a lapsed head)
+            if self._end == _WAITING:
+                if not ledger.holds(self._id):
                     return None
+                self._end = _GRANTED
+                slots, replica = ledger.binding(self._id)
+                self._lease = _Lease(self._gate, self._up, self._id, slots, replica)
         end = self._end
         if end == _GRANTED:
             return self._lease
@@ -153,45 +167,61 @@ class _Ticket:
             return  # ended already, or the lease belongs to the caller now
         self._end_with(_CANCELLED)
         self._up.waiters.pop(self._id, None)
-        if self._ledger.cancel(self._id) is Cancel.HOLDS_SLOT:  # granted in the same instant
+        if self._ledger.cancel(self._id, self._gate._clock.now()) is Cancel.HOLDS_SLOT:  # granted meanwhile
             self._gate._release(self._up, self._id)
+        else:
+            self._gate._wake_granted(self._up)  # a k-request that left the head lets others in
 
 
 class InMemoryAdmissionGate:
     """`ports.admission.AdmissionGate` for one process: cap, depth and order per upstream.
 
     `None` as an upstream's policy means uncapped: `enter` grants a lease at once.
+    `replica_limits` (upstream key -> `[endpoints] max_in_flight`): the upstreams with
+    replicas; each starts with none ready (requests queue) until `set_replicas`.
     """
 
     __slots__ = ("_clock", "_draining", "_idle", "_ups", "never_lost")
 
-    def __init__(self, policies: Mapping[str, AdmissionPolicy | None], clock: Clock) -> None:
+    def __init__(
+        self, policies: Mapping[str, AdmissionPolicy | None], clock: Clock,
+        replica_limits: Mapping[str, int] | None = None,
+    ) -> None:
+        limits = dict(replica_limits or {})
+        unknown = sorted(set(limits) - set(policies))
+        if unknown:
+            raise ValueError(f"replica limits for unknown upstreams: {', '.join(unknown)}")
         self.never_lost = asyncio.Event()  # every lease's `lost`: nothing sets it
         self._clock = clock
-        self._ups = {key: _Upstream(key, policy) for key, policy in policies.items()}
+        self._ups = {key: _Upstream(key, policy, limits.get(key)) for key, policy in policies.items()}
         self._draining = False
         self._idle = IdleSignal(self._is_idle)
 
-    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS) -> _Lease | _Ticket:
+    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1) -> _Lease | _Ticket:
         """A lease, or a queue ticket; KeyError for an upstream not configured.
 
         `consumer` places the ticket under `fairness = "fair"` and counts toward
-        `max_queued_per_consumer`; `fifo` orders by arrival whoever it is."""
+        `max_queued_per_consumer`; `fifo` orders by arrival whoever it is. `slots` (k):
+        the sequence slots the request takes; `TooManySequences` when k is above the cap
+        (or one replica's limit): it could never be admitted."""
         up = self._ups[upstream]
         ledger = up.ledger
         if ledger is None:
             if self._draining:
                 raise Draining(1)
-            up.open += 1
+            up.open += slots
             up.admitted += 1
-            return _Lease(self, up, 0)
+            return _Lease(self, up, 0, slots)
+        ledger.check(slots)
         now = self._clock.now()
         if ledger.queued:
             self._expire(up, now)
-        decision = ledger.arrive(now, consumer)
+        decision = ledger.arrive(now, consumer, slots)
+        self._wake_granted(up)
         outcome = decision.outcome
         if outcome is Outcome.ADMITTED:
-            return _Lease(self, up, decision.ticket)
+            _, replica = ledger.binding(decision.ticket)
+            return _Lease(self, up, decision.ticket, slots, replica)
         if outcome is Outcome.QUEUED:
             ticket = _Ticket(self, up, ledger, decision.ticket, decision.deadline)
             up.waiters[decision.ticket] = ticket
@@ -227,6 +257,26 @@ class InMemoryAdmissionGate:
     def upstreams(self) -> list[str]:
         return list(self._ups)
 
+    def set_replicas(self, upstream: str, ready: Iterable[str]) -> None:
+        """The replicas discovery sees now: new ones take requests, missing ones drain;
+        queued requests that fit now are admitted at once. KeyError for an upstream
+        without replicas."""
+        up = self._ups[upstream]
+        ledger = up.ledger
+        if ledger is None or ledger.replicas is None:
+            raise KeyError(f"upstream {upstream!r} has no replicas")
+        now = self._clock.now()
+        self._expire(up, now)
+        for tid in ledger.set_replicas(ready, now):
+            granted = up.waiters.pop(tid, None)
+            if granted is not None:
+                granted._nudge()
+
+    def replicas(self, upstream: str) -> list[Replica]:
+        """The upstream's replicas now (ready and draining); [] without replicas."""
+        ledger = self._ups[upstream].ledger
+        return [] if ledger is None else ledger.replica_view()
+
     def counters(self, upstream: str) -> dict[str, int]:
         """Cumulative outcomes: admitted, queued, rejected_full, rejected_draining,
         timed_out, abandoned (hung up while queued), drained (failed by `drain`)."""
@@ -254,17 +304,29 @@ class InMemoryAdmissionGate:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _release(self, up: _Upstream, ticket: int) -> None:
+    def _release(self, up: _Upstream, ticket: int, slots: int = 1) -> None:
         ledger = up.ledger
         if ledger is None:
-            up.open -= 1
+            up.open -= slots
         else:
             now = self._clock.now()
             waiters = up.waiters
             for tid in ledger.release(ticket, now):
-                waiters.pop(tid)._nudge()  # granted: its next `_settle` takes the lease
+                granted = waiters.pop(tid, None)
+                if granted is not None:
+                    granted._nudge()  # its next `_settle` takes the lease
             self._expire(up, now)  # report tickets that lapsed during the release
         self._idle.check()
+
+    def _wake_granted(self, up: _Upstream) -> None:
+        """Nudge the waiters the ledger admitted since it was last asked."""
+        ledger = up.ledger
+        if ledger is not None:
+            waiters = up.waiters
+            for tid in ledger.granted():
+                ticket = waiters.pop(tid, None)
+                if ticket is not None:
+                    ticket._nudge()
 
     def _expire(self, up: _Upstream, now: float) -> None:
         ledger = up.ledger
@@ -276,6 +338,7 @@ class InMemoryAdmissionGate:
                 ticket = up.waiters.pop(tid)
                 ticket._retry = retry
                 ticket._end_with(_EXPIRED)
+        self._wake_granted(up)  # an expired head may have let the next ones in
 
     def _is_idle(self) -> bool:
         return all((up.open if up.ledger is None else up.ledger.in_flight) == 0 for up in self._ups.values())
