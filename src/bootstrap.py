@@ -154,10 +154,11 @@ def _replica_watch(config: Config, gate: Any, replica_sessions: Mapping[str, Rep
     gate (which replicas may get new requests) and to the upstream's replica sessions."""
     discoveries = {name: _discovery(name, u.endpoints) for name, u in config.upstreams.items() if u.endpoints}
 
-    def retain(upstream: str, ready: frozenset[str]) -> None:
+    def tell(upstream: str, ready: frozenset[str]) -> None:
+        gate.set_replicas(upstream, ready)
         replica_sessions[upstream].retain(ready)
 
-    return ReplicaWatch(discoveries, [gate.set_replicas, retain])
+    return ReplicaWatch(discoveries, [tell])
 
 
 async def _upstream_sessions(
