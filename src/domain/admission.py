@@ -275,17 +275,25 @@ class SlotLedger:
             return Decision(Outcome.REJECTED, ticket, retry_after=self.retry_after())
         deadline = now + policy.queue_timeout_seconds
         self._queue[ticket] = deadline
-        self.queued_total += 1
         priority = consumer.priority
         self._who[ticket] = (name, priority)
         self._by_consumer[name] = self._by_consumer.get(name, 0) + 1
         self._by_priority[priority] = self._by_priority.get(priority, 0) + 1
         if slots != 1:
             self._want[ticket] = slots
-        if self._fair is None:
+        fair = self._fair
+        if fair is None:
             self._mark(ticket, 1)
         else:
-            self._fair.push(ticket, name, priority, consumer.weight)
+            fair.push(ticket, name, priority, consumer.weight)
+            # placed ahead of a head that does not fit (a k-request, or no replica with
+            # room for it), a newcomer that fits is the head now: it goes in at once
+            if fair.peek() == ticket and self._admit(ticket, slots, now):
+                fair.pop()
+                del self._queue[ticket]
+                self._forget(ticket)
+                return Decision(Outcome.ADMITTED, ticket)
+        self.queued_total += 1
         return Decision(Outcome.QUEUED, ticket, deadline)
 
     def release(self, ticket: int, now: float) -> list[int]:

@@ -257,3 +257,14 @@ class SequencesMachine(RuleBasedStateMachine):
 
 SequencesMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_sequences_machine = SequencesMachine.TestCase
+
+
+def test_under_fair_order_a_newcomer_placed_ahead_of_a_blocked_head_goes_in_if_it_fits() -> None:
+    led = ledger(cap=4, fairness="fair")
+    held = led.arrive(0, slots=3).ticket
+    blocked = led.arrive(0, Consumer(name="b"), slots=2)
+    assert blocked.outcome is Outcome.QUEUED
+    urgent = led.arrive(0, Consumer(name="hi", priority=5))  # sorts first, and 1 slot is free
+    assert urgent.outcome is Outcome.ADMITTED and led.in_flight == 4
+    assert led.queued == 1 and led.position(blocked.ticket) == 1
+    assert led.release(held, 1) == [blocked.ticket]

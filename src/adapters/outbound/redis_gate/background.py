@@ -16,32 +16,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
-
-from redis.exceptions import RedisError
+from typing import Any
 
 from adapters.outbound.redis_gate import scripts
+from adapters.outbound.redis_gate.connection import REDIS_DOWN
+from adapters.outbound.redis_gate.ledger import LedgerCore, RedisHealth
 
-if TYPE_CHECKING:
-    from adapters.outbound.redis_gate.ledger import LedgerCore
+__all__ = ["REDIS_DOWN", "RedisHealth", "dispatch", "flush_pending", "heartbeat_loop", "listen_loop",
+           "read_oldest", "refresh_loop"]
 
 log = logging.getLogger("gateway.admission.redis")
 _EARLY_LIMIT = 1024  # promoted tokens remembered before their ticket is known
 _RETRY_SECONDS = 0.5  # pause before resubscribing after a pub/sub failure
-# Failures that mean "Redis did not answer": fail closed, never crash a request.
-REDIS_DOWN: tuple[type[BaseException], ...] = (RedisError, OSError, asyncio.TimeoutError)
-
-
-class RedisHealth:
-    """What this process saw of Redis lately, for the metrics: `gateway_redis_reachable`
-    (the refresher's and heartbeat's last call answered) and
-    `gateway_lease_heartbeat_failures_total` (renewals that did not reach Redis)."""
-
-    __slots__ = ("heartbeat_failures", "reachable")
-
-    def __init__(self) -> None:
-        self.reachable = True
-        self.heartbeat_failures = 0
 
 
 async def heartbeat_loop(gate: LedgerCore) -> None:
@@ -117,20 +103,22 @@ async def listen_loop(gate: LedgerCore) -> None:
 
 
 def dispatch(gate: LedgerCore, message: dict[str, Any]) -> None:
-    """Hand each promoted token of THIS process to its waiter (others' are skipped)."""
+    """Hand each promoted token of THIS process to its waiter (others' are skipped); a
+    grant reads "<token>" or "<token>|<replica>"."""
     data = message.get("data")
     if not isinstance(data, str):
         return
     mine = gate._tag + "."
-    for token in data.split():
-        if not token.startswith(mine):
+    for grant in data.split():
+        if not grant.startswith(mine):
             continue
+        token, _, replica = grant.partition("|")
         ticket = gate._tickets.get(token)
         if ticket is not None:
-            ticket._grant()
+            ticket._grant(replica or None)
         else:  # the enter reply has not been processed yet: remember the grant
             early = gate._early
-            early[token] = None
+            early[token] = replica
             while len(early) > _EARLY_LIMIT:
                 early.popitem(last=False)
 

@@ -24,13 +24,14 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
 from redis.retry import Retry
-
-from adapters.outbound.redis_gate.background import REDIS_DOWN
 
 __all__ = ["REDIS_DOWN", "RedisTarget", "connect", "prepare", "run_scripts"]
 
 Client = Redis | RedisCluster
+# Failures that mean "Redis did not answer": fail closed, never crash a request.
+REDIS_DOWN: tuple[type[BaseException], ...] = (RedisError, OSError, asyncio.TimeoutError)
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,16 @@ and in docs/redis-ledger.md; the plumbing lives in `ledger.py`, the loops in
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from adapters.outbound.redis_gate import background, scripts
-from adapters.outbound.redis_gate.background import REDIS_DOWN
-from adapters.outbound.redis_gate.connection import prepare
+from adapters.outbound.redis_gate.connection import REDIS_DOWN, prepare
 from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream, log
-from adapters.outbound.redis_gate.tickets import DRAINED, OpenLease, RedisLease, RedisTicket
+from adapters.outbound.redis_gate.tickets import OpenLease, RedisLease, RedisTicket, new_lease
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, Draining, QueueFull
 from domain.fair_queue import tag_step
+from domain.replicas import Replica
 from ports.admission import GateSnapshot
 
 
@@ -24,8 +25,9 @@ class RedisAdmissionGate(LedgerCore):
     """`ports.admission.AdmissionGate` on Redis: correct across processes and pods.
 
     Same public surface as `InMemoryAdmissionGate` (`enter`, `snapshot`, `upstreams`,
-    `counters`, `drain`, `wait_idle`) plus `start`/`close` for the app lifespan; the
-    constructor (in `LedgerCore`) takes the policies and clock first, like it does.
+    `counters`, `drain`, `wait_idle`, `set_replicas`, `replicas`) plus `start`/`close` for
+    the app lifespan; the constructor (in `LedgerCore`) takes the policies and clock
+    first, like it does, and `replica_limits` like it does.
     `on_fenced(reason, lost)` is called when this process finds out its heartbeat lease
     expired: every lease it held has its `lost` event set by then.
     """
@@ -80,20 +82,21 @@ class RedisAdmissionGate(LedgerCore):
     # -- the port ----------------------------------------------------------------------
 
     async def enter(
-        self, upstream: str, consumer: Consumer = ANONYMOUS,
+        self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1,
     ) -> RedisLease | OpenLease | RedisTicket:
-        if self._draining:
-            self._ups[upstream].counts["rejected_draining"] += 1
-            raise Draining(1)
         up = self._ups[upstream]
+        up.check(slots)  # TooManySequences: never admissible, whatever the shared state
+        if self._draining:
+            up.counts["rejected_draining"] += 1
+            raise Draining(1)
         if up.policy is None:
-            up.open += 1
+            up.open += slots
             up.counts["admitted"] += 1
-            return OpenLease(self, up)
+            return OpenLease(self, up, slots)
         if self._closed:
             raise AdmissionUnavailable(1)
         token = f"{self._tag}.{next(self._tokens)}"
-        task = asyncio.ensure_future(self._enter(up, token, consumer))
+        task = asyncio.ensure_future(self._enter(up, token, consumer, slots))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:  # hung up mid-call: undo whatever the script did
@@ -114,6 +117,24 @@ class RedisAdmissionGate(LedgerCore):
     def upstreams(self) -> list[str]:
         return list(self._ups)
 
+    def set_replicas(self, upstream: str, ready: Iterable[str]) -> None:
+        """This process's discovery view of an upstream's replicas (KeyError for one
+        without). Every later script call passes it; a `maintain` call is scheduled at
+        once so that queued requests are promoted if the new view makes room."""
+        up = self._ups[upstream]
+        if up.replica_limit is None:
+            raise KeyError(f"upstream {upstream!r} has no replicas")
+        up.set_ready(ready)
+        if self._closed or not self._loops:
+            return  # not started yet: the first call carries the view
+        self._spawn(self._wake_replicas(up))
+
+    def replicas(self, upstream: str) -> list[Replica]:
+        """This process's ready replicas and every replica still holding slots, with the
+        shared counts as last read (every script reply carries them; the refresher reads
+        them every `refresh_seconds`); [] without replicas."""
+        return self._ups[upstream].view()
+
     def counters(self, upstream: str) -> dict[str, int]:
         """This process's cumulative outcomes: the in-memory gate's keys plus
         unavailable (Redis unreachable), lost (leases/tickets lost to fencing) and
@@ -128,7 +149,7 @@ class RedisAdmissionGate(LedgerCore):
         self._draining = True
         for ticket in list(self._tickets.values()):
             ticket.up.counts["drained"] += 1
-            ticket._end(DRAINED)
+            ticket._drain()
             self._spawn(self._forget(ticket.up, ticket.token, ticket.owner))
 
     async def wait_idle(self, timeout: float) -> bool:
@@ -137,7 +158,13 @@ class RedisAdmissionGate(LedgerCore):
 
     # -- enter and its tickets ---------------------------------------------------------
 
-    async def _enter(self, up: Upstream, token: str, consumer: Consumer) -> RedisLease | RedisTicket:
+    async def _wake_replicas(self, up: Upstream) -> None:
+        try:
+            await self._call(up, "maintain", self._owner)
+        except REDIS_DOWN as error:  # the refresher promotes within its interval anyway
+            log.warning("redis admission: replica update on %s not applied yet: %s", up.key, error)
+
+    async def _enter(self, up: Upstream, token: str, consumer: Consumer, slots: int) -> RedisLease | RedisTicket:
         policy = up.policy
         assert policy is not None
         deadline = self._clock.now() + policy.queue_timeout_seconds
@@ -146,19 +173,19 @@ class RedisAdmissionGate(LedgerCore):
             token, policy.queue_depth, int(policy.queue_timeout_seconds * 1000),
             1 if fair else 0, consumer.name,
             scripts.band(consumer.priority) if fair else "", tag_step(consumer.weight),
-            policy.max_queued_per_consumer or 0, scripts.TAGS_GRACE_MS,
+            policy.max_queued_per_consumer or 0, scripts.TAGS_GRACE_MS, slots,
         )
         owner = self._owner
         try:
             if not self._registered:
                 await self._register()
                 owner = self._owner
-            code, value = await self._call(up, "enter", owner, *args)
+            code, value, replica = await self._call(up, "enter", owner, *args)
             if code == scripts.FENCED:
                 self._fence("enter found this process's lease expired", owner)
                 await self._register()
                 owner = self._owner
-                code, value = await self._call(up, "enter", owner, *args)
+                code, value, replica = await self._call(up, "enter", owner, *args)
         except REDIS_DOWN as error:
             up.counts["unavailable"] += 1
             self._pending[token] = (up, owner)  # the script may have run: undo it later
@@ -168,17 +195,19 @@ class RedisAdmissionGate(LedgerCore):
             up.counts["lost"] += 1  # fenced while the call was in flight: the old owner's
             raise AdmissionUnavailable(1)  # entries are purged, this one with them
         if code == scripts.ADMITTED:
-            return self._new_lease(up, token, owner)
+            self._early.pop(token, None)  # a fair newcomer admitted at once was also published
+            return new_lease(self, up, token, owner, slots, replica)
         if code == scripts.QUEUED:
             if self._draining:
                 up.counts["rejected_draining"] += 1
                 self._spawn(self._forget(up, token, owner))
                 raise Draining(1)
             up.counts["queued"] += 1
-            ticket = RedisTicket(self, up, token, owner, deadline, value)
+            ticket = RedisTicket(self, up, token, owner, deadline, value, slots)
             self._tickets[token] = ticket
-            if self._early.pop(token, 0) is None:  # promoted before we knew the token
-                ticket._grant()
+            early = self._early.pop(token, None)
+            if early is not None:  # promoted before we knew the token
+                ticket._grant(early or None)
             return ticket
         if code == scripts.REJECTED:
             up.counts["rejected_full"] += 1

@@ -1,7 +1,12 @@
-"""The ledger plumbing of `RedisAdmissionGate`: script calls, tickets' Redis side, fencing.
+"""The ledger plumbing of `RedisAdmissionGate`: script calls, fencing, local state.
 
 Kept apart from the public surface (gate.py) so each file stays readable; `LedgerCore`
 holds all state shared with the tickets and the background loops.
+
+The package's modules import in one direction only (no cycle; tests/unit/adapters/
+test_redis_gate_imports.py checks it): `scripts`, `connection` < `ledger` < `tickets`,
+`background` < `gate`. This module knows the leases and tickets only through the two
+small protocols below, which `tickets` implements.
 """
 
 from __future__ import annotations
@@ -13,16 +18,16 @@ import os
 import secrets
 import socket
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from itertools import count
-from typing import Any
+from typing import Any, Protocol
 
 from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
-from adapters.outbound.redis_gate.background import REDIS_DOWN, RedisHealth
-from adapters.outbound.redis_gate.connection import RedisTarget, connect, run_scripts
-from adapters.outbound.redis_gate.tickets import EXPIRED, LOST, WAITING, RedisLease, RedisTicket
-from domain.admission import DEFAULT_RETRY_AFTER, EWMA_ALPHA, MAX_RETRY_AFTER, AdmissionPolicy
+from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect, run_scripts
+from domain.admission import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER, AdmissionPolicy
+from domain.errors import TooManySequences
+from domain.replicas import Replica, ReplicaState
 from ports.clock import Clock
 
 log = logging.getLogger("gateway.admission.redis")
@@ -34,17 +39,55 @@ _COUNTER_NAMES = (
 FencedHook = Callable[[str, int], None]  # (reason, leases and tickets lost)
 
 
+class RedisHealth:
+    """What this process saw of Redis lately, for the metrics: `gateway_redis_reachable`
+    (the refresher's and heartbeat's last call answered) and
+    `gateway_lease_heartbeat_failures_total` (renewals that did not reach Redis)."""
+
+    __slots__ = ("heartbeat_failures", "reachable")
+
+    def __init__(self) -> None:
+        self.reachable = True
+        self.heartbeat_failures = 0
+
+
+class Held(Protocol):
+    """A lease as the ledger sees it (`tickets.RedisLease`)."""
+
+    up: Upstream
+    lost: asyncio.Event
+
+
+class Waiter(Protocol):
+    """A queue ticket as the ledger and its loops see it (`tickets.RedisTicket`)."""
+
+    up: Upstream
+    token: str
+    owner: str
+
+    def _grant(self, replica: str | None) -> None: ...
+    def _lose(self) -> None: ...
+    def _drain(self) -> None: ...
+    def _nudge(self) -> None: ...
+
+
 class Upstream:
-    """Per-upstream local state: policy, keys, snapshot cache, counters, service time."""
+    """Per-upstream local state: policy, keys, snapshot cache, counters, service time,
+    and with replicas the per-replica cap, this process's ready view and the shared counts."""
 
-    __slots__ = ("args", "cache", "counts", "deadlines", "key", "keys", "oldest", "open", "policy", "service",
-                 "stamp")
+    __slots__ = ("args", "cache", "counts", "deadlines", "key", "keys", "oldest", "open", "policy",
+                 "ready", "replica_counts", "replica_limit", "service", "stamp")
 
-    def __init__(self, key: str, policy: AdmissionPolicy | None, prefix: str) -> None:
-        self.key, self.policy = key, policy
+    def __init__(self, key: str, policy: AdmissionPolicy | None, prefix: str, replica_limit: int | None = None) -> None:
+        if policy is None and replica_limit is not None:
+            raise ValueError(f"upstream {key!r} has replicas but no admission policy")
+        self.key, self.policy, self.replica_limit = key, policy, replica_limit
         self.keys, channel = scripts.upstream_keys(prefix, key)
-        self.args: list[Any] = [0 if policy is None else policy.max_in_flight, channel]
-        self.cache = (0, 0)  # (in_use, queued) as last read from Redis
+        self.ready: tuple[str, ...] = ()  # this process's discovery view, sorted
+        # the common ARGV of every script: cap, channel, per-replica cap (0: none), ready view
+        self.args: list[Any] = [0 if policy is None else policy.max_in_flight, channel, replica_limit or 0, ""]
+        self.replica_counts: dict[str, int] = {}  # replica -> slots in flight (all processes), as last read
+        self.cache = (0, 0)  # (in_use slots, queued) as last read from Redis
         self.stamp = 0  # server time (us) of the reply `cache` came from
         self.deadlines = next(k for k in self.keys if k.endswith(":deadlines"))
         self.oldest: float | None = None  # local-clock arrival of the longest waiter, as last read
@@ -59,6 +102,36 @@ class Upstream:
         est = math.ceil(self.service * (ahead + 1) / self.policy.max_in_flight)
         return min(MAX_RETRY_AFTER, max(1, est))
 
+    def check(self, slots: int) -> None:
+        """`TooManySequences` when `slots` could never be granted (as `SlotLedger.check`)."""
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise ValueError(f"slots must be an integer >= 1, got {slots!r}")
+        if self.policy is not None and slots > self.policy.max_in_flight:
+            raise TooManySequences(slots, self.policy.max_in_flight)
+        if self.replica_limit is not None and slots > self.replica_limit:
+            raise TooManySequences(slots, self.replica_limit)
+
+    def set_ready(self, ready: Iterable[str]) -> None:
+        addresses = tuple(sorted(set(ready)))
+        for address in addresses:
+            if not address or any(c.isspace() or c == "|" for c in address):
+                raise ValueError(f"a replica address has no spaces and no '|': {address!r}")
+        self.ready = addresses
+        self.args[3] = " ".join(addresses)
+
+    def view(self) -> list[Replica]:
+        """This process's ready replicas and every replica still holding slots (draining
+        from this view), in address order, with the shared counts as last read."""
+        limit = self.replica_limit
+        if limit is None:
+            return []
+        counts, ready = self.replica_counts, set(self.ready)
+        return [
+            Replica(address=a, state=ReplicaState.READY if a in ready else ReplicaState.DRAINING,
+                    in_flight=counts.get(a, 0), limit=limit)
+            for a in sorted(ready | {a for a, n in counts.items() if n > 0})
+        ]
+
 
 class LedgerCore:
     """State and Redis plumbing shared by the gate, its tickets and its loops."""
@@ -68,11 +141,16 @@ class LedgerCore:
         lease_seconds: float = 10.0, key_prefix: str = "gateway", *,
         on_fenced: FencedHook | None = None, recheck_seconds: float = 1.0,
         refresh_seconds: float = 0.5, socket_timeout: float = 2.0,
+        replica_limits: Mapping[str, int] | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        limits = dict(replica_limits or {})
+        unknown = sorted(set(limits) - set(policies))
+        if unknown:
+            raise ValueError(f"replica limits for unknown upstreams: {', '.join(unknown)}")
         self._clock = clock
-        self._ups = {key: Upstream(key, policy, key_prefix) for key, policy in policies.items()}
+        self._ups = {key: Upstream(key, policy, key_prefix, limits.get(key)) for key, policy in policies.items()}
         self._capped = [up for up in self._ups.values() if up.policy is not None]
         self._lease = float(lease_seconds)
         self._recheck = recheck_seconds
@@ -88,9 +166,9 @@ class LedgerCore:
         self._register_lock = asyncio.Lock()
         self._last_renewal = -math.inf  # gate clock, taken BEFORE the renewal was sent
         self._tokens = count(1)
-        self._tickets: dict[str, RedisTicket] = {}  # queued here, by token
-        self._early: OrderedDict[str, None] = OrderedDict()  # grants seen before their ticket
-        self._held: set[RedisLease] = set()
+        self._tickets: dict[str, Waiter] = {}  # queued here, by token
+        self._early: OrderedDict[str, str] = OrderedDict()  # grants seen before their ticket -> replica
+        self._held: set[Held] = set()
         self._pending: dict[str, tuple[Upstream, str]] = {}  # token -> (up, owner) to forget
         self._stale_owners: set[str] = set()  # old identities still to purge
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -103,7 +181,8 @@ class LedgerCore:
 
     # -- script calls ------------------------------------------------------------------
 
-    async def _call(self, up: Upstream, name: str, *args: Any) -> tuple[int, int]:
+    async def _call(self, up: Upstream, name: str, *args: Any) -> tuple[int, int, str | None]:
+        """One script on one upstream: (code, value, replica the token is bound to or None)."""
         reply = await self._scripts[name](keys=up.keys, args=[*up.args, *args])
         return self._absorb(up, reply)
 
@@ -113,15 +192,18 @@ class LedgerCore:
         replies = await run_scripts(self._redis, [(script, up.keys, [*up.args, *args]) for up in self._capped])
         return [self._absorb(up, r)[0] for up, r in zip(self._capped, replies, strict=True)]
 
-    def _absorb(self, up: Upstream, reply: list[Any]) -> tuple[int, int]:
-        code, value, in_use, queued, reclaimed, stamp = (int(x) for x in reply)
+    def _absorb(self, up: Upstream, reply: list[Any]) -> tuple[int, int, str | None]:
+        code, value, in_use, queued, reclaimed, stamp = (int(x) for x in reply[:6])
+        replica, counts = reply[6], reply[7]
         if stamp >= up.stamp or stamp < up.stamp - 5_000_000:  # newer, or the clock stepped back
             up.cache, up.stamp = (in_use, queued), stamp
+            if up.replica_limit is not None:
+                up.replica_counts = {counts[i]: int(counts[i + 1]) for i in range(0, len(counts), 2)}
         if reclaimed:
             up.counts["reclaimed"] += reclaimed
             log.warning("redis admission: reclaimed %d entries of expired owners on %s",
                         reclaimed, up.key)
-        return code, value
+        return code, value, replica or None
 
     async def _register(self) -> None:
         async with self._register_lock:
@@ -133,53 +215,6 @@ class LedgerCore:
 
     # -- tickets and leases ------------------------------------------------------------
 
-    def _new_lease(self, up: Upstream, token: str, owner: str) -> RedisLease:
-        up.counts["admitted"] += 1
-        lease = RedisLease(self, up, token, owner, self._clock.now())
-        self._held.add(lease)
-        return lease
-
-    async def _poll_ticket(self, ticket: RedisTicket) -> None:
-        """One wait round: maintenance plus one ZRANK, in one script call."""
-        up = ticket.up
-        try:
-            code, value = await self._call(up, "poll", ticket.owner, ticket.token)
-        except REDIS_DOWN as error:
-            up.counts["unavailable"] += 1
-            self._pending[ticket.token] = (up, ticket.owner)
-            ticket._end(LOST)
-            log.warning("redis admission: waiter on %s lost Redis: %s", up.key, error)
-            return
-        if ticket._state != WAITING:
-            return
-        if code == scripts.ADMITTED:
-            ticket._grant()
-        elif code == scripts.QUEUED:
-            ticket._position = value
-        elif code == scripts.FENCED:
-            self._fence("a waiter found this process's lease expired", ticket.owner)
-            ticket._end(LOST)
-        else:  # gone without a grant: the server's copy of the deadline passed first
-            late = self._clock.now() >= ticket.deadline - 1.0
-            up.counts["timed_out" if late else "lost"] += 1
-            ticket._end(EXPIRED if late else LOST, up.retry_after(up.cache[1]))
-
-    async def _expire_ticket(self, ticket: RedisTicket) -> None:
-        """The queue deadline: leave the queue, unless a slot was granted just before."""
-        up = ticket.up
-        try:
-            code, _ = await self._call(up, "cancel", ticket.owner, ticket.token, "timeout")
-        except REDIS_DOWN:
-            code = scripts.REJECTED  # the server expires the entry at its own deadline
-            self._pending[ticket.token] = (up, ticket.owner)
-        if ticket._state != WAITING:
-            return
-        if code == scripts.HOLDS:
-            ticket._grant()
-        else:
-            up.counts["timed_out"] += 1
-            ticket._end(EXPIRED, up.retry_after(up.cache[1]))
-
     async def _forget(self, up: Upstream, token: str, owner: str, abandoned: bool = False) -> None:
         """Take a token out of Redis (queued or holding a slot); retried if Redis is down.
 
@@ -187,32 +222,13 @@ class LedgerCore:
         """
         async def run() -> None:
             try:
-                code, _ = await self._call(up, "cancel", owner, token, "cancel")
+                code, _, _ = await self._call(up, "cancel", owner, token, "cancel")
             except REDIS_DOWN as error:
                 self._pending[token] = (up, owner)
                 log.warning("redis admission: cancel on %s deferred: %s", up.key, error)
                 return
             if abandoned and code == scripts.WITHDRAWN:
                 up.counts["abandoned"] += 1
-
-        await self._detached(run())
-
-    async def _release(self, lease: RedisLease) -> None:
-        """Free a slot; a Redis failure is logged and retried by the heartbeat, never raised."""
-        self._held.discard(lease)
-        up = lease.up
-        took = max(0.0, self._clock.now() - lease.granted_at)
-        up.service = took if up.service is None else up.service + EWMA_ALPHA * (took - up.service)
-        self._check_idle()
-        if lease.lost.is_set():
-            return  # fenced: the slot was reclaimed, the old owner is purged as a whole
-
-        async def run() -> None:
-            try:
-                await self._call(up, "release", lease.owner, lease.token)
-            except REDIS_DOWN as error:
-                self._pending[lease.token] = (up, lease.owner)
-                log.warning("redis admission: release on %s deferred: %s", up.key, error)
 
         await self._detached(run())
 
@@ -239,7 +255,7 @@ class LedgerCore:
         self._held.clear()
         for ticket in list(self._tickets.values()):
             ticket.up.counts["lost"] += 1
-            ticket._end(LOST)
+            ticket._lose()
             lost += 1
         self._pending = {t: e for t, e in self._pending.items() if e[1] != owner}
         log.error("redis admission: FENCED (%s): %d leases/tickets lost; new owner %s",

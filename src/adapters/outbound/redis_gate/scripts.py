@@ -8,16 +8,37 @@ process touches the ledger first repairs it:
 1. `reclaim`: owners whose heartbeat lease has passed (score <= server time in the
    owners sorted set) lose their slots and queue entries (bounded: 32 owners a call);
 2. `expire`: queue entries past their deadline leave the queue (at most 128 a call);
-3. `promote`: while a slot is free, the queue head takes it (FIFO by sequence number),
-   and the promoted tokens are PUBLISHed on the upstream's wake channel.
+3. `promote`: while the queue head fits, it takes its slots (FIFO by sequence number, or
+   the fair order), and the promoted tokens are PUBLISHed on the upstream's wake channel.
+   Head-of-line: a head that does not fit (a request for k slots, k > the free ones, or no
+   ready replica with k free) stops the promotion; nobody behind it is admitted first.
+
+Sequences (issue 19): a request takes k >= 1 slots. The slots in use are HLEN(slots) plus
+`extra` (the sum of k - 1 over held tokens with k > 1); a queued token with k > 1 has its
+k in `want`, a held one in `bound`. Replicas (issue 20): an upstream with `[endpoints]`
+passes its per-replica cap and the calling process's ready replicas (its discovery view)
+in every call; a token is admitted when used + k <= min(cap, ready x per-replica cap) AND
+one ready replica has k free, and it is bound, in the same script, to the replica
+`domain.replicas.pick` would choose: the fewest slots in flight, ties rotate after the
+last one picked (`last`), addresses compared bytewise. `replicas` holds every replica's
+slots in flight, shared by all processes; `bound` holds a held token's "<k> <replica>", so
+every release path (release, cancel, reclaim of a dead owner, purge) gives back exactly
+its k and its replica's k. An upstream without replicas and a request for one slot write
+none of these keys: exactly what the ledger always wrote.
 
 All times come from the Redis server's `TIME`, so the processes' clocks never have to
 agree. Redis >= 5 replicates script effects, which makes `TIME` in a writing script safe.
 
-Result of every per-upstream script: `{code, value, in_use, queued, reclaimed, stamp}`;
-`in_use`/`queued` feed the gate's snapshot cache, `reclaimed` its metrics. `stamp` (server
-time in microseconds; scripts run one at a time) orders replies that arrive over
-different pooled connections, so an older count never overwrites a newer one.
+Result of every per-upstream script: `{code, value, in_use, queued, reclaimed, stamp,
+replica, replica_counts}`; `in_use` (slots)/`queued` feed the gate's snapshot cache,
+`reclaimed` its metrics. `stamp` (server time in microseconds; scripts run one at a time)
+orders replies that arrive over different pooled connections, so an older count never
+overwrites a newer one. `replica`: the replica the token is bound to when the code says it
+holds slots ('' otherwise, or without replicas); `replica_counts`: the flat HGETALL of
+`replicas` (empty without replicas), for the gate's `replicas()` view.
+
+Every script's ARGV starts with the same four: cap, channel, per-replica cap (0: no
+replicas), the caller's ready replicas (space-separated); then the owner, then its own.
 """
 
 from __future__ import annotations
@@ -34,6 +55,7 @@ GAVE_BACK = 3  # cancel: the token held a slot and gave it back (cancel mode)
 KEY_NAMES = (
     "queue", "deadlines", "waiters", "slots", "owners", "seq",
     "fair", "entries", "counts", "vtime", "tags",  # fair mode / max_queued_per_consumer
+    "want", "bound", "extra", "replicas", "last",  # k slots per request / replicas
 )
 # A band's tags are forgotten once its queue has been empty this long past the newest
 # deadline (only a cancelled request's unserved tag can outlive the queue: see `normalize`).
@@ -55,7 +77,7 @@ def band(priority: int) -> str:
 
 
 def upstream_keys(prefix: str, upstream: str) -> tuple[list[str], str]:
-    """The eleven keys and the wake channel of one upstream.
+    """The sixteen keys and the wake channel of one upstream.
 
     `{upstream}` is a Redis Cluster hash tag: one upstream's keys live in one slot, so
     its scripts also run on a cluster; different upstreams may live on different nodes.
@@ -67,9 +89,90 @@ def upstream_keys(prefix: str, upstream: str) -> tuple[list[str], str]:
 _PRELUDE = """
 local Q, D, W, S, O, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local F, E, N, VT, TG = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local cap, channel, owner = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local WANT, BOUND, EXTRA, R, LAST = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local cap, channel, rlimit, owner = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[5]
+local ready = {}
+if rlimit > 0 then
+  for a in string.gmatch(ARGV[4], '%S+') do ready[#ready + 1] = a end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- slots in use: one per held token, plus k - 1 for each held token taking k > 1
+local function used()
+  return redis.call('HLEN', S) + (tonumber(redis.call('GET', EXTRA)) or 0)
+end
+
+local function live_cap()
+  if rlimit == 0 then return cap end
+  return math.min(cap, #ready * rlimit)
+end
+
+-- a < b, byte by byte (Lua's own `<` follows the server's locale)
+local function before(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- domain.replicas.pick: among the ready replicas with k free, the fewest in flight; ties
+-- go to the first address after the last one picked (wrapping). '' without replicas,
+-- nil when none has room.
+local function pick(k)
+  if rlimit == 0 then return '' end
+  local best, least = {}, nil
+  for _, a in ipairs(ready) do
+    local n = tonumber(redis.call('HGET', R, a)) or 0
+    if rlimit - n >= k then
+      if least == nil or n < least then best, least = {a}, n
+      elseif n == least then best[#best + 1] = a end
+    end
+  end
+  if #best == 0 then return nil end
+  local last = redis.call('GET', LAST)
+  local choice, wrap = nil, nil
+  for _, a in ipairs(best) do
+    if wrap == nil or before(a, wrap) then wrap = a end
+    if last and before(last, a) and (choice == nil or before(a, choice)) then choice = a end
+  end
+  return choice or wrap
+end
+
+-- take k slots for a token (bound to the picked replica) if they fit; the replica
+-- ('' without replicas), or nil: it does not fit now
+local function take(token, who, k)
+  if used() + k > live_cap() then return nil end
+  local addr = pick(k)
+  if not addr then return nil end
+  redis.call('HSET', S, token, who)
+  if k > 1 then redis.call('INCRBY', EXTRA, k - 1) end
+  if addr ~= '' then
+    redis.call('HINCRBY', R, addr, k)
+    redis.call('SET', LAST, addr)
+  end
+  if k > 1 or addr ~= '' then redis.call('HSET', BOUND, token, k .. ' ' .. addr) end
+  return addr
+end
+
+local function bound_of(token)
+  local b = redis.call('HGET', BOUND, token)
+  if not b then return 1, '' end
+  local sp = string.find(b, ' ', 1, true)
+  return tonumber(string.sub(b, 1, sp - 1)), string.sub(b, sp + 1)
+end
+
+-- give back every slot a held token holds, and its replica's
+local function free(token)
+  redis.call('HDEL', S, token)
+  local k, addr = bound_of(token)
+  if k == 1 and addr == '' then return end
+  redis.call('HDEL', BOUND, token)
+  if k > 1 and redis.call('DECRBY', EXTRA, k - 1) <= 0 then redis.call('DEL', EXTRA) end
+  if addr ~= '' and redis.call('HINCRBY', R, addr, -k) <= 0 then redis.call('HDEL', R, addr) end
+end
 
 -- E: token -> "<fair member> <consumer>" (member '' in fifo with a per-consumer limit)
 local function entry_of(token)
@@ -91,6 +194,7 @@ local function drop_waiter(token)
   redis.call('ZREM', Q, token)
   redis.call('ZREM', D, token)
   redis.call('HDEL', W, token)
+  redis.call('HDEL', WANT, token)
   forget_entry(token)
 end
 
@@ -134,7 +238,7 @@ local function reclaim()
   local n = 0
   local held = redis.call('HGETALL', S)
   for i = 1, #held, 2 do
-    if gone[held[i + 1]] then redis.call('HDEL', S, held[i]); n = n + 1 end
+    if gone[held[i + 1]] then free(held[i]); n = n + 1 end
   end
   local waiting = redis.call('HGETALL', W)
   for i = 1, #waiting, 2 do
@@ -149,6 +253,7 @@ local function expire()
     redis.call('ZREM', Q, unpack(lapsed))
     redis.call('ZREM', D, unpack(lapsed))
     redis.call('HDEL', W, unpack(lapsed))
+    redis.call('HDEL', WANT, unpack(lapsed))
     if redis.call('EXISTS', E) == 1 then
       for _, token in ipairs(lapsed) do forget_entry(token) end
     end
@@ -156,37 +261,35 @@ local function expire()
 end
 
 -- Free slots go to the smallest keys: the fair order F first (fair mode), then the
--- arrival order Q (fifo mode: F is empty, so this is exactly the fifo head).
+-- arrival order Q (fifo mode: F is empty, so this is exactly the fifo head). Head-of-line:
+-- the first head that does not fit ends the round. A grant is published as the token,
+-- or "<token>|<replica>" when it is bound to a replica.
 local function promote()
-  local free = cap - redis.call('HLEN', S)
-  if free <= 0 then return end
+  if used() >= live_cap() then return end
   local granted = {}
-  if redis.call('ZCARD', F) == 0 then
-    local heads = redis.call('ZRANGE', Q, 0, free - 1)
-    if #heads == 0 then return end
-    for _, token in ipairs(heads) do
-      local who = redis.call('HGET', W, token)
-      if who then redis.call('HSET', S, token, who); granted[#granted + 1] = token end
-      drop_waiter(token)
+  while true do
+    local token, member
+    local head = redis.call('ZRANGE', F, 0, 0)
+    if #head > 0 then
+      member = head[1]
+      token = string.match(member, '^[^:]*:%d+:%d+:(.+)$')
+    else
+      local rest = redis.call('ZRANGE', Q, 0, 0)
+      if #rest == 0 then break end
+      token = rest[1]
     end
-  else
-    while free > 0 do
-      local token
-      local head = redis.call('ZRANGE', F, 0, 0)
-      if #head > 0 then
-        local b, tag, tok = string.match(head[1], '^([^:]*):(%d+):%d+:(.+)$')
-        redis.call('ZREM', F, head[1])
-        redis.call('HSET', VT, b, tonumber(tag))  -- V[band] = the dispatched finish tag
-        token = tok
-      else
-        local rest = redis.call('ZRANGE', Q, 0, 0)
-        if #rest == 0 then break end
-        token = rest[1]
-      end
-      local who = redis.call('HGET', W, token)
-      if who then redis.call('HSET', S, token, who); granted[#granted + 1] = token; free = free - 1 end
-      drop_waiter(token)
+    local who = redis.call('HGET', W, token)
+    if who then
+      local addr = take(token, who, tonumber(redis.call('HGET', WANT, token)) or 1)
+      if not addr then break end
+      granted[#granted + 1] = addr == '' and token or (token .. '|' .. addr)
     end
+    if member then
+      local b, tag = string.match(member, '^([^:]*):(%d+):')
+      redis.call('ZREM', F, member)
+      redis.call('HSET', VT, b, tonumber(tag))  -- V[band] = the dispatched finish tag
+    end
+    drop_waiter(token)
   end
   if #granted > 0 then redis.call('PUBLISH', channel, table.concat(granted, ' ')) end
 end
@@ -203,30 +306,36 @@ local function maintain()
   return n
 end
 
-local function reply(code, value, n)
+local function reply(code, value, n, replica)
   normalize()
   local stamp = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return {code, value, redis.call('HLEN', S), redis.call('ZCARD', Q), n, stamp}
+  local counts = {}
+  if rlimit > 0 then counts = redis.call('HGETALL', R) end
+  return {code, value, used(), redis.call('ZCARD', Q), n, stamp, replica or '', counts}
 end
 """
 
-# ARGV: cap, channel, owner, token, depth, timeout_ms, fair ('1'/'0'), consumer, band,
-# step, limit (max_queued_per_consumer, 0 = none), tags_grace_ms. Idempotent per token, so a retried
-# call (lost reply) reports the token's state instead of queueing it twice. With fair
-# '0' and limit 0 (fifo, no per-consumer limit) it writes exactly what it always did.
+# ARGV (after the common four and the owner): token, depth, timeout_ms, fair ('1'/'0'),
+# consumer, band, step, limit (max_queued_per_consumer, 0 = none), tags_grace_ms, slots (k).
+# Idempotent per token, so a retried call (lost reply) reports the token's state instead
+# of queueing it twice. With fair '0', limit 0, k 1 and no replicas (fifo, no per-consumer
+# limit) it writes exactly what it always did.
 ENTER = _PRELUDE + """
-local token, depth, timeout_ms = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local fair, consumer, b, step = ARGV[7] == '1', ARGV[8], ARGV[9], tonumber(ARGV[10])
-local limit = tonumber(ARGV[11])
+local token, depth, timeout_ms = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+local fair, consumer, b, step = ARGV[9] == '1', ARGV[10], ARGV[11], tonumber(ARGV[12])
+local limit, k = tonumber(ARGV[13]), tonumber(ARGV[15])
 local n = maintain()
-if redis.call('HGET', S, token) == owner then return reply(1, 0, n) end
+if redis.call('HGET', S, token) == owner then
+  local _, addr = bound_of(token)
+  return reply(1, 0, n, addr)
+end
 local rank = position(token)
 if rank then return reply(2, rank, n) end
 if not alive() then return reply(-1, 0, n) end
-local held, waiting = redis.call('HLEN', S), redis.call('ZCARD', Q)
-if held < cap and waiting == 0 then
-  redis.call('HSET', S, token, owner)
-  return reply(1, 0, n)
+local waiting = redis.call('ZCARD', Q)
+if waiting == 0 then
+  local addr = take(token, owner, k)
+  if addr then return reply(1, 0, n, addr) end
 end
 if waiting >= depth then return reply(0, 0, n) end
 if limit > 0 and (tonumber(redis.call('HGET', N, consumer)) or 0) >= limit then
@@ -236,6 +345,7 @@ local seq = redis.call('INCR', SEQ)
 redis.call('ZADD', Q, seq, token)
 redis.call('ZADD', D, now + timeout_ms, token)
 redis.call('HSET', W, token, owner)
+if k > 1 then redis.call('HSET', WANT, token, k) end
 if not fair and limit == 0 then return reply(2, waiting + 1, n) end
 local member, place = '', waiting + 1
 if fair then  -- start = max(V[band], last[band][consumer]); finish = start + step
@@ -244,72 +354,87 @@ if fair then  -- start = max(V[band], last[band][consumer]); finish = start + st
                          tonumber(redis.call('HGET', TG, field)) or 0)
   local finish = start + step
   redis.call('HSET', TG, field, finish)
-  redis.call('PEXPIRE', TG, timeout_ms + tonumber(ARGV[12]))
+  redis.call('PEXPIRE', TG, timeout_ms + tonumber(ARGV[14]))
   member = string.format('%s:%016d:%016d:%s', b, finish, seq, token)
   redis.call('ZADD', F, 0, member)
   place = redis.call('ZRANK', F, member) + 1
 end
 redis.call('HSET', E, token, member .. ' ' .. consumer)
 redis.call('HINCRBY', N, consumer, 1)
+if place == 1 then  -- placed ahead of a head that does not fit: it may go in at once
+  promote()
+  if redis.call('HGET', S, token) == owner then
+    local _, addr = bound_of(token)
+    return reply(1, 0, n, addr)
+  end
+end
 return reply(2, place, n)
 """
 
-# ARGV: cap, channel, owner, token. Only the owner's own slot is freed: a fenced owner's
-# late release is a no-op, its slot already belongs to somebody else.
+# ARGV: ..., owner, token. Only the owner's own slots are freed (all k of them, and its
+# replica's): a fenced owner's late release is a no-op, its slots belong to somebody else.
 RELEASE = _PRELUDE + """
 local released = 0
-if redis.call('HGET', S, ARGV[4]) == owner then
-  redis.call('HDEL', S, ARGV[4])
+if redis.call('HGET', S, ARGV[6]) == owner then
+  free(ARGV[6])
   released = 1
 end
 local n = maintain()
 return reply(released, 0, n)
 """
 
-# ARGV: cap, channel, owner, token, mode. mode 'cancel' (hang-up, drain, forget): leave
-# the queue, or give back a slot granted in the same instant. mode 'timeout' (the local
-# queue deadline): leave the queue, but keep a slot granted just before the deadline.
+# ARGV: ..., owner, token, mode. mode 'cancel' (hang-up, drain, forget): leave the queue,
+# or give back the slots granted in the same instant. mode 'timeout' (the local queue
+# deadline): leave the queue, but keep slots granted just before the deadline (the reply
+# names their replica). A head that leaves may let the next ones in: promote again.
 CANCEL = _PRELUDE + """
-local token = ARGV[4]
+local token = ARGV[6]
 local n = maintain()
-local code = 0
+local code, addr = 0, ''
 if redis.call('HGET', W, token) == owner then
   drop_waiter(token)
   code = 1
+  promote()
 elseif redis.call('HGET', S, token) == owner then
   code = 2
-  if ARGV[5] == 'cancel' then
-    redis.call('HDEL', S, token)
-    code = 3
+  local _
+  _, addr = bound_of(token)
+  if ARGV[7] == 'cancel' then
+    free(token)
+    code, addr = 3, ''
     promote()
   end
 end
-return reply(code, 0, n)
+return reply(code, 0, n, addr)
 """
 
-# ARGV: cap, channel, owner, token. One wait() round: repair, then where is my token?
+# ARGV: ..., owner, token. One wait() round: repair, then where is my token?
 POLL = _PRELUDE + """
-local token = ARGV[4]
+local token = ARGV[6]
 local n = maintain()
-if redis.call('HGET', S, token) == owner then return reply(1, 0, n) end
+if redis.call('HGET', S, token) == owner then
+  local _, addr = bound_of(token)
+  return reply(1, 0, n, addr)
+end
 local rank = position(token)
 if rank and redis.call('HGET', W, token) == owner then return reply(2, rank, n) end
 if not alive() then return reply(-1, 0, n) end
 return reply(0, 0, n)
 """
 
-# ARGV: cap, channel, owner (unused). The snapshot refresher's call: repair and count.
+# ARGV: ..., owner (unused). The snapshot refresher's call (and `set_replicas`' wake-up,
+# with the new view): repair, promote, count.
 MAINTAIN = _PRELUDE + """
 local n = maintain()
 return reply(0, 0, n)
 """
 
-# ARGV: cap, channel, owner, lease_ms, register. register=1 announces a new owner id;
+# ARGV: ..., owner, lease_ms, register. register=1 announces a new owner id;
 # otherwise the lease is renewed only if it has not expired: an expired owner may have
 # lost its slots to `reclaim` already, so it must learn it is fenced instead.
 HEARTBEAT = _PRELUDE + """
-local lease_ms = tonumber(ARGV[4])
-if ARGV[5] == '1' then
+local lease_ms = tonumber(ARGV[6])
+if ARGV[7] == '1' then
   redis.call('ZADD', O, now + lease_ms, owner)
   return reply(1, 0, 0)
 end
@@ -318,14 +443,14 @@ redis.call('ZADD', O, 'XX', now + lease_ms, owner)
 return reply(1, 0, 0)
 """
 
-# ARGV: cap, channel, owner. Remove an owner and everything it holds (graceful close,
+# ARGV: ..., owner. Remove an owner and everything it holds (graceful close,
 # or the old identity of a fenced process), then hand the freed slots on.
 PURGE = _PRELUDE + """
 redis.call('ZREM', O, owner)
 local n = 0
 local held = redis.call('HGETALL', S)
 for i = 1, #held, 2 do
-  if held[i + 1] == owner then redis.call('HDEL', S, held[i]); n = n + 1 end
+  if held[i + 1] == owner then free(held[i]); n = n + 1 end
 end
 local waiting = redis.call('HGETALL', W)
 for i = 1, #waiting, 2 do

@@ -9,12 +9,15 @@ its deadline, `drain` or fencing gets there first.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import logging
 
+from adapters.outbound.redis_gate import scripts
+from adapters.outbound.redis_gate.connection import REDIS_DOWN
+from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream
+from domain.admission import EWMA_ALPHA
 from domain.errors import AdmissionUnavailable, Draining, QueueTimeout
 
-if TYPE_CHECKING:
-    from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream
+log = logging.getLogger("gateway.admission.redis")
 
 # how a ticket's life ended (it ends exactly once)
 WAITING, GRANTED, EXPIRED, DRAINED, CANCELLED, LOST = range(6)
@@ -25,45 +28,76 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+def new_lease(
+    gate: LedgerCore, up: Upstream, token: str, owner: str, slots: int = 1, replica: str | None = None,
+) -> RedisLease:
+    """A lease for slots just granted in Redis (counted, and held until released)."""
+    up.counts["admitted"] += 1
+    lease = RedisLease(gate, up, token, owner, gate._clock.now(), slots, replica)
+    gate._held.add(lease)
+    return lease
+
+
 class RedisLease:
-    """A granted slot; `release` is idempotent, never raises, and is safe in `finally`.
+    """Granted slots (`slots` of them, on `replica` with replicas); `release` gives back
+    all of them, is idempotent, never raises, and is safe in `finally`.
 
     `lost` is set when this process learns it was fenced (its heartbeat lease expired and
     the slot may already belong to another process): work running on the slot should
     stop, because the cap no longer accounts for it (`ports.admission.SlotLease.lost`).
     """
 
-    __slots__ = ("_gate", "_released", "granted_at", "lost", "owner", "token", "up")
+    __slots__ = ("_gate", "_released", "granted_at", "lost", "owner", "replica", "slots", "token", "up")
     queued = False
 
     def __init__(
         self, gate: LedgerCore, up: Upstream, token: str, owner: str, now: float,
+        slots: int = 1, replica: str | None = None,
     ) -> None:
         self._gate, self.up, self.token, self.owner = gate, up, token, owner
+        self.slots, self.replica = slots, replica
         self.granted_at = now
         self._released = False
         self.lost = asyncio.Event()
 
     async def release(self) -> None:
-        if not self._released:
-            self._released = True
-            await self._gate._release(self)
+        """Free the slots; a Redis failure is logged and retried by the heartbeat, never raised."""
+        if self._released:
+            return
+        self._released = True
+        gate, up = self._gate, self.up
+        gate._held.discard(self)
+        took = max(0.0, gate._clock.now() - self.granted_at)
+        up.service = took if up.service is None else up.service + EWMA_ALPHA * (took - up.service)
+        gate._check_idle()
+        if self.lost.is_set():
+            return  # fenced: the slots were reclaimed, the old owner is purged as a whole
+
+        async def run() -> None:
+            try:
+                await gate._call(up, "release", self.owner, self.token)
+            except REDIS_DOWN as error:
+                gate._pending[self.token] = (up, self.owner)
+                log.warning("redis admission: release on %s deferred: %s", up.key, error)
+
+        await gate._detached(run())
 
 
 class OpenLease:
     """A lease on an uncapped upstream: a local count only, Redis is never involved."""
 
-    __slots__ = ("_gate", "_released", "lost", "up")
+    __slots__ = ("_gate", "_released", "lost", "replica", "slots", "up")
     queued = False
 
-    def __init__(self, gate: LedgerCore, up: Upstream) -> None:
+    def __init__(self, gate: LedgerCore, up: Upstream, slots: int = 1) -> None:
         self._gate, self.up, self._released = gate, up, False
+        self.slots, self.replica = slots, None
         self.lost = asyncio.Event()  # never set: nothing shared can be lost
 
     async def release(self) -> None:
         if not self._released:
             self._released = True
-            self.up.open -= 1
+            self.up.open -= self.slots
             self._gate._check_idle()
 
 
@@ -76,15 +110,16 @@ class RedisTicket:
 
     __slots__ = (
         "_fut", "_gate", "_handed", "_lease", "_position", "_retry", "_state", "deadline",
-        "owner", "token", "up",
+        "owner", "slots", "token", "up",
     )
     queued = True
 
     def __init__(
         self, gate: LedgerCore, up: Upstream, token: str, owner: str,
-        deadline: float, position: int,
+        deadline: float, position: int, slots: int = 1,
     ) -> None:
         self._gate, self.up, self.token, self.owner = gate, up, token, owner
+        self.slots = slots
         self.deadline = deadline  # on the gate's clock
         self._position = position
         self._state = WAITING
@@ -116,14 +151,14 @@ class RedisTicket:
                     return lease
                 now = clock.now()
                 if now >= self.deadline:
-                    await gate._detached(gate._expire_ticket(self))
+                    await gate._detached(self._expire())
                     continue
                 wake = min(end, self.deadline, now + gate._recheck)
                 if wake > now:
                     await self._sleep(wake - now)
                     if self._state != WAITING or clock.now() >= self.deadline:
                         continue
-                await gate._detached(gate._poll_ticket(self))
+                await gate._detached(self._poll())
                 if clock.now() >= end:
                     return self._settle()
         except asyncio.CancelledError:  # hang-up: leave, give back a slot granted meanwhile
@@ -136,12 +171,18 @@ class RedisTicket:
 
     # -- transitions, driven by the gate -----------------------------------------------
 
-    def _grant(self) -> None:
+    def _grant(self, replica: str | None) -> None:
         if self._state == WAITING:
             self._state = GRANTED
-            self._lease = self._gate._new_lease(self.up, self.token, self.owner)
+            self._lease = new_lease(self._gate, self.up, self.token, self.owner, self.slots, replica)
             self._gate._tickets.pop(self.token, None)
             self._nudge()
+
+    def _lose(self) -> None:
+        self._end(LOST)
+
+    def _drain(self) -> None:
+        self._end(DRAINED)
 
     def _end(self, state: int, retry_after: int = 1) -> None:
         if self._state == WAITING:
@@ -153,6 +194,49 @@ class RedisTicket:
         fut = self._fut
         if fut is not None:
             _wake(fut)
+
+    # -- the Redis side ----------------------------------------------------------------
+
+    async def _poll(self) -> None:
+        """One wait round: maintenance plus one ZRANK, in one script call."""
+        gate, up = self._gate, self.up
+        try:
+            code, value, replica = await gate._call(up, "poll", self.owner, self.token)
+        except REDIS_DOWN as error:
+            up.counts["unavailable"] += 1
+            gate._pending[self.token] = (up, self.owner)
+            self._end(LOST)
+            log.warning("redis admission: waiter on %s lost Redis: %s", up.key, error)
+            return
+        if self._state != WAITING:
+            return
+        if code == scripts.ADMITTED:
+            self._grant(replica)
+        elif code == scripts.QUEUED:
+            self._position = value
+        elif code == scripts.FENCED:
+            gate._fence("a waiter found this process's lease expired", self.owner)
+            self._end(LOST)
+        else:  # gone without a grant: the server's copy of the deadline passed first
+            late = gate._clock.now() >= self.deadline - 1.0
+            up.counts["timed_out" if late else "lost"] += 1
+            self._end(EXPIRED if late else LOST, up.retry_after(up.cache[1]))
+
+    async def _expire(self) -> None:
+        """The queue deadline: leave the queue, unless slots were granted just before."""
+        gate, up = self._gate, self.up
+        try:
+            code, _, replica = await gate._call(up, "cancel", self.owner, self.token, "timeout")
+        except REDIS_DOWN:
+            code, replica = scripts.REJECTED, None  # the server expires the entry at its own deadline
+            gate._pending[self.token] = (up, self.owner)
+        if self._state != WAITING:
+            return
+        if code == scripts.HOLDS:
+            self._grant(replica)
+        else:
+            up.counts["timed_out"] += 1
+            self._end(EXPIRED, up.retry_after(up.cache[1]))
 
     # -- internals ---------------------------------------------------------------------
 
