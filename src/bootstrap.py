@@ -200,11 +200,9 @@ def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAd
         return InMemoryAdmissionGate(_policies(config), clock, replica_limits=limits)
     from adapters.outbound.redis_gate import RedisAdmissionGate
 
-    # TEMPORARY until the Redis ledger learns replicas (branch ledger): only passed when there are some.
-    extra: dict[str, Any] = {"replica_limits": limits} if limits else {}
     return RedisAdmissionGate(
         _policies(config), clock, target, shared.lease_seconds, shared.key_prefix,
-        on_fenced=_fenced, **extra,
+        on_fenced=_fenced, replica_limits=limits,
     )
 
 
