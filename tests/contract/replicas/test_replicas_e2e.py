@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tests.contract.admission.e2e_support import Reply, call, http_client
+from tests.contract.admission.e2e_support import Reply, call, http_client, until
 from tests.support.metrics import samples
 from tests.support.processes import Proc, Processes, upstream_toml
 from tests.support.replicas import endpoints_toml, polling, stub_lines
@@ -112,3 +114,42 @@ async def test_an_upstream_without_endpoints_still_calls_its_url(procs: Processe
     assert "gateway_upstream_endpoints" not in text and "gateway_endpoint_" not in text
     assert ready.text == "ready\n"
     assert '"endpoint":null' in gw.text() and '"endpoint":"' not in gw.text()
+
+
+async def test_a_killed_process_s_per_replica_slots_come_back(procs: Processes, tmp_path: Path) -> None:
+    """SIGKILL one of two gateway processes while its requests hold slots on both replicas: after
+    `lease_seconds` the survivors' view of every replica is empty again and both replicas take
+    their full share once more."""
+    from tests.support.redis_server import RedisServer
+
+    redis = RedisServer(tmp_path)
+    redis.start()
+    try:
+        stubs = [procs.stub("--max-num-seqs", "4", "--hold", "30", log=tmp_path / f"{n}.log") for n in "ab"]
+        shared = f'[admission]\nbackend = "redis"\nredis_url = "{redis.url}"\nlease_seconds = 2\n'
+        victim, survivor = (procs.gateway(shared + replicas_toml([s.url for s in stubs])) for _ in range(2))
+        async with http_client() as c:
+            held = [asyncio.create_task(call(c, victim, "v1", "reasoning")) for _ in range(4)]
+
+            async def endpoint_in_flight() -> dict[str, float]:
+                page = samples((await c.get(survivor.ops_url + "/metrics")).text)
+                return {labels["endpoint"]: v for name, labels, v in page if name == "gateway_endpoint_in_flight"}
+
+            await until(lambda: _sums_to(endpoint_in_flight, 4), "the victim holds 2 + 2")
+            assert set((await endpoint_in_flight()).values()) == {2.0}
+            victim.signal(signal.SIGKILL)
+            await asyncio.gather(*held, return_exceptions=True)
+            await until(lambda: _sums_to(endpoint_in_flight, 0), "the dead process's slots are reclaimed",
+                        timeout=10)
+            again = [asyncio.create_task(call(c, survivor, "llm", "reasoning")) for _ in range(6)]
+            await until(lambda: _sums_to(endpoint_in_flight, 6), "the whole cap is usable again")
+            assert set((await endpoint_in_flight()).values()) == {3.0}  # 3 + 3: both replicas' slots are free
+            for task in again:  # hang up: the stubs abort them
+                task.cancel()
+            await asyncio.gather(*again, return_exceptions=True)
+    finally:
+        redis.stop()
+
+
+async def _sums_to(read: Callable[[], Awaitable[dict[str, float]]], total: float) -> bool:
+    return sum((await read()).values()) == total
