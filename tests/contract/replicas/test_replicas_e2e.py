@@ -66,6 +66,7 @@ async def test_two_replicas_each_get_at_most_their_slots_and_none_queues_inside(
     async with http_client() as c:
         page = samples((await c.get(gw.ops_url + "/metrics")).text)
         status = (await c.get(gw.ops_url + "/status.json")).json()
+        page_html = (await c.get(gw.ops_url + "/status")).text
     endpoints = {endpoint_of(s.url) for s in stubs}
     sent = {labels["endpoint"]: v for name, labels, v in page if name == "gateway_endpoint_requests_total"}
     assert set(sent) == endpoints and sum(sent.values()) == sum(r.status == 200 for r in replies)
@@ -76,6 +77,7 @@ async def test_two_replicas_each_get_at_most_their_slots_and_none_queues_inside(
     [upstream] = status["upstreams"]
     assert sorted(r["address"] for r in upstream["replicas"]) == sorted(s.url for s in stubs)
     assert {(r["state"], r["in_flight"], r["limit"]) for r in upstream["replicas"]} == {("ready", 0, 4)}
+    assert all(f"<td>{s.url}</td>" in page_html for s in stubs)  # the status page lists each replica
 
     # The access log names each request's replica.
     logged = [json.loads(line) for line in gw.text().splitlines() if line.startswith('{"request_id"')]
