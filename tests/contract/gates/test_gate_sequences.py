@@ -205,6 +205,29 @@ async def test_two_processes_share_the_per_replica_counts(make_gate: MakeGate) -
         await one.release()
 
 
+@pytest.mark.parametrize("fairness", ["fifo", "fair"])
+async def test_the_snapshot_counts_waiters_per_consumer_priority(make_gate: MakeGate, fairness: str) -> None:
+    """Issue 24 (c): both backends report the queue depth per consumer priority."""
+    gate = await make_gate({"up": policy(cap=1, depth=8, fairness=fairness)})
+    held = await gate.enter("up")
+    assert gate.snapshot("up").queued_by_priority is None  # nobody waits
+    tickets = [await gate.enter("up", Consumer(name=name, priority=p))
+               for name, p in [("a", 0), ("b", 5), ("c", -3), ("d", 5), ("e", 0)]]
+    assert all(t.queued for t in tickets)
+    assert gate.snapshot("up").queued_by_priority == {0: 2, 5: 2, -3: 1}
+    await tickets[1].cancel()
+    await tickets[2].cancel()
+    await eventually(lambda: gate.snapshot("up").queued_by_priority == {0: 2, 5: 1})
+    await held.release()  # fifo: "a" (0) goes in; fair: "d" (5) does
+    lease = await granted(tickets[0] if fairness == "fifo" else tickets[3])
+    await eventually(lambda: gate.snapshot("up").queued_by_priority
+                     == ({0: 1, 5: 1} if fairness == "fifo" else {0: 2}))
+    for ticket in tickets:
+        await ticket.cancel()
+    await lease.release()
+    await eventually(lambda: gate.snapshot("up").queued_by_priority is None and gate.snapshot("up").in_use == 0)
+
+
 # -- differential: the memory gate and two Redis "processes" on one operation sequence -----
 
 _ENTER = st.tuples(st.just("enter"), st.sampled_from([1, 1, 1, 2, 3]), st.sampled_from(["a", "b", "hi"]))
@@ -305,6 +328,7 @@ async def test_memory_and_redis_decide_alike(
             await redis[0]._call(redis[0]._ups["up"], "maintain", redis[0]._owner)  # fresh shared counts
             assert memory.snapshot("up").in_use == redis[0].snapshot("up").in_use, step
             assert memory.snapshot("up").queued == redis[0].snapshot("up").queued, step
+            assert memory.snapshot("up").queued_by_priority == redis[0].snapshot("up").queued_by_priority, step
             assert [(x.address, x.state, x.in_flight) for x in memory.replicas("up")] == \
                    [(x.address, x.state, x.in_flight) for x in redis[0].replicas("up")], step
         for m, r in waiting:
@@ -411,3 +435,46 @@ async def test_a_k_head_that_times_out_lets_the_next_in(make_gate: MakeGate) -> 
     for one in (lease, held):
         await one.release()
     await eventually(lambda: gate.snapshot("up").in_use == 0)
+
+
+async def test_a_fenced_process_k_slots_on_a_replica_go_back(make_gate: MakeGate) -> None:
+    """A lost lease (the process paused past its heartbeat lease) frees its k and its replica's k."""
+    if make_gate.kind == "memory":  # type: ignore[attr-defined]
+        return  # one process holds every slot it counts: never lost
+    a = await make_gate({"up": policy(cap=4, depth=4)}, {"up": 4}, lease_seconds=1.0)
+    b = await make_gate({"up": policy(cap=4, depth=4)}, {"up": 4}, lease_seconds=30.0)
+    for gate in (a, b):
+        gate.set_replicas("up", [A])
+    await asyncio.sleep(0.05)
+    paused = await granted(await a.enter("up", slots=3))
+    assert (paused.slots, paused.replica) == (3, A)
+    waiting = await b.enter("up", slots=2)
+    assert waiting.queued
+    time.sleep(1.3)  # noqa: ASYNC251 -- a stop-the-world pause longer than the lease
+    await asyncio.wait_for(paused.lost.wait(), 3.0)
+    lease = await granted(waiting, 3.0)  # the 3 slots on A came back to the pool
+    assert (lease.slots, lease.replica) == (2, A)
+    await paused.release()  # late release of reclaimed slots: no effect
+    await eventually(lambda: counts(b) == {A: 2} and b.snapshot("up").in_use == 2)
+    await lease.release()
+    await eventually(lambda: counts(b) == {A: 0} and b.snapshot("up").in_use == 0)
+
+
+async def test_a_graceful_close_gives_back_k_slots_per_replica(make_gate: MakeGate) -> None:
+    """`close()` purges what the process still holds: its k slots and its replicas' counts."""
+    if make_gate.kind == "memory":  # type: ignore[attr-defined]
+        return  # nothing shared to give back
+    a = await make_gate({"up": policy(cap=8, depth=4)}, {"up": 4})
+    b = await make_gate({"up": policy(cap=8, depth=4)}, {"up": 4})
+    for gate in (a, b):
+        gate.set_replicas("up", [A, B])
+    await asyncio.sleep(0.05)
+    mine = [await granted(await a.enter("up", slots=k)) for k in (3, 2)]
+    assert [(one.slots, one.replica) for one in mine] == [(3, A), (2, B)]
+    queued = await a.enter("up", slots=4)  # no replica has 4 free: a queue entry of a's
+    assert queued.queued
+    await a.close()  # leases and queue entry given back at once, no lease expiry needed
+    entry = await b.enter("up", slots=4)
+    assert not entry.queued and entry.replica == A
+    await eventually(lambda: counts(b) == {A: 4, B: 0} and b.snapshot("up").queued == 0)
+    await entry.release()

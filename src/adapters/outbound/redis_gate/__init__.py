@@ -9,7 +9,7 @@ table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a s
     P:{U}:queue      ZSET    token -> sequence number; position = ZRANK + 1, O(log n)
     P:{U}:deadlines  ZSET    token -> queue deadline (ms, Redis server time)
     P:{U}:waiters    HASH    token -> owner, for queued tokens
-    P:{U}:slots      HASH    token -> owner, for granted slots; HLEN = slots in use
+    P:{U}:slots      HASH    token -> owner, for granted slots; HLEN + extra = slots in use
     P:{U}:owners     ZSET    owner -> heartbeat lease expiry (ms, Redis server time)
     P:{U}:wake       pub/sub channel: space-separated tokens just promoted to a slot
   fair mode and max_queued_per_consumer only (fifo without a limit never writes them):
@@ -18,14 +18,21 @@ table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a s
     P:{U}:counts     HASH    consumer -> waiting requests (max_queued_per_consumer)
     P:{U}:vtime      HASH    band -> virtual time V (finish tag last dispatched from it)
     P:{U}:tags       HASH    "<band>:<consumer>" -> finish tag of its last queued request
+  requests taking k > 1 slots and upstreams with replicas only:
+    P:{U}:want       HASH    queued token -> k (k > 1)
+    P:{U}:bound      HASH    held token -> "<k> <replica>"
+    P:{U}:extra      STRING  sum of k - 1 over held tokens
+    P:{U}:replicas   HASH    replica -> slots in flight (every process)
+    P:{U}:last       STRING  the replica picked last (round robin)
 
 A token is "<process tag>.<n>", unique per request; an owner is
 "<host>:<pid>:<process tag>:g<generation>" and changes when the process is fenced.
 
 Every change is one Lua script (see `scripts.py`), and each first reclaims expired
-owners, expires lapsed queue entries and promotes the smallest key into free slots, so a
-freed slot always goes to the same request whichever process asks (fifo: the longest
-waiter). See docs/redis-ledger.md
+owners, expires lapsed queue entries and promotes the smallest key while it fits (head-
+of-line), so a freed slot always goes to the same request whichever process asks (fifo:
+the longest waiter). With replicas the pick is made in the same script, among the ready
+replicas the calling process passes. See docs/redis-ledger.md
 for the failure model, fencing, lease sizing and the wake-up latency bound.
 """
 

@@ -112,6 +112,7 @@ class RedisAdmissionGate(LedgerCore):
         return GateSnapshot(
             in_use=in_use, queued=queued, limit=up.policy.max_in_flight,
             queue_limit=up.policy.queue_depth, oldest_wait_seconds=oldest,
+            queued_by_priority=up.queued_by_priority(),
         )
 
     def upstreams(self) -> list[str]:
@@ -173,7 +174,7 @@ class RedisAdmissionGate(LedgerCore):
             token, policy.queue_depth, int(policy.queue_timeout_seconds * 1000),
             1 if fair else 0, consumer.name,
             scripts.band(consumer.priority) if fair else "", tag_step(consumer.weight),
-            policy.max_queued_per_consumer or 0, scripts.TAGS_GRACE_MS, slots,
+            policy.max_queued_per_consumer or 0, scripts.TAGS_GRACE_MS, slots, int(consumer.priority),
         )
         owner = self._owner
         try:

@@ -75,7 +75,7 @@ class Upstream:
     """Per-upstream local state: policy, keys, snapshot cache, counters, service time,
     and with replicas the per-replica cap, this process's ready view and the shared counts."""
 
-    __slots__ = ("args", "cache", "counts", "deadlines", "key", "keys", "oldest", "open", "policy",
+    __slots__ = ("args", "by_priority", "cache", "counts", "deadlines", "key", "keys", "oldest", "open", "policy",
                  "ready", "replica_counts", "replica_limit", "service", "stamp")
 
     def __init__(self, key: str, policy: AdmissionPolicy | None, prefix: str, replica_limit: int | None = None) -> None:
@@ -88,6 +88,7 @@ class Upstream:
         self.args: list[Any] = [0 if policy is None else policy.max_in_flight, channel, replica_limit or 0, ""]
         self.replica_counts: dict[str, int] = {}  # replica -> slots in flight (all processes), as last read
         self.cache = (0, 0)  # (in_use slots, queued) as last read from Redis
+        self.by_priority: dict[int, int] = {}  # waiting per consumer priority other than 0, as last read
         self.stamp = 0  # server time (us) of the reply `cache` came from
         self.deadlines = next(k for k in self.keys if k.endswith(":deadlines"))
         self.oldest: float | None = None  # local-clock arrival of the longest waiter, as last read
@@ -101,6 +102,17 @@ class Upstream:
             return DEFAULT_RETRY_AFTER
         est = math.ceil(self.service * (ahead + 1) / self.policy.max_in_flight)
         return min(MAX_RETRY_AFTER, max(1, est))
+
+    def queued_by_priority(self) -> dict[int, int] | None:
+        """Waiting requests per consumer priority (only priorities with some); None while nobody waits."""
+        queued = self.cache[1]
+        if not queued:
+            return None
+        out = dict(self.by_priority)
+        rest = queued - sum(out.values())
+        if rest > 0:
+            out[0] = rest
+        return dict(sorted(out.items()))
 
     def check(self, slots: int) -> None:
         """`TooManySequences` when `slots` could never be granted (as `SlotLedger.check`)."""
@@ -194,9 +206,10 @@ class LedgerCore:
 
     def _absorb(self, up: Upstream, reply: list[Any]) -> tuple[int, int, str | None]:
         code, value, in_use, queued, reclaimed, stamp = (int(x) for x in reply[:6])
-        replica, counts = reply[6], reply[7]
+        replica, counts, by_priority = reply[6], reply[7], reply[8]
         if stamp >= up.stamp or stamp < up.stamp - 5_000_000:  # newer, or the clock stepped back
             up.cache, up.stamp = (in_use, queued), stamp
+            up.by_priority = {int(by_priority[i]): int(by_priority[i + 1]) for i in range(0, len(by_priority), 2)}
             if up.replica_limit is not None:
                 up.replica_counts = {counts[i]: int(counts[i + 1]) for i in range(0, len(counts), 2)}
         if reclaimed:

@@ -30,12 +30,14 @@ All times come from the Redis server's `TIME`, so the processes' clocks never ha
 agree. Redis >= 5 replicates script effects, which makes `TIME` in a writing script safe.
 
 Result of every per-upstream script: `{code, value, in_use, queued, reclaimed, stamp,
-replica, replica_counts}`; `in_use` (slots)/`queued` feed the gate's snapshot cache,
+replica, replica_counts, by_priority}`; `in_use` (slots)/`queued` feed the gate's snapshot cache,
 `reclaimed` its metrics. `stamp` (server time in microseconds; scripts run one at a time)
 orders replies that arrive over different pooled connections, so an older count never
 overwrites a newer one. `replica`: the replica the token is bound to when the code says it
 holds slots ('' otherwise, or without replicas); `replica_counts`: the flat HGETALL of
-`replicas` (empty without replicas), for the gate's `replicas()` view.
+`replicas` (empty without replicas), for the gate's `replicas()` view; `by_priority`: the
+flat HGETALL of `by_priority` (waiting requests per consumer priority other than 0; the
+rest of `queued` is priority 0), for the snapshot's `queued_by_priority`.
 
 Every script's ARGV starts with the same four: cap, channel, per-replica cap (0: no
 replicas), the caller's ready replicas (space-separated); then the owner, then its own.
@@ -56,6 +58,7 @@ KEY_NAMES = (
     "queue", "deadlines", "waiters", "slots", "owners", "seq",
     "fair", "entries", "counts", "vtime", "tags",  # fair mode / max_queued_per_consumer
     "want", "bound", "extra", "replicas", "last",  # k slots per request / replicas
+    "priorities", "by_priority",  # queued requests of consumers with a priority other than 0
 )
 # A band's tags are forgotten once its queue has been empty this long past the newest
 # deadline (only a cancelled request's unserved tag can outlive the queue: see `normalize`).
@@ -77,7 +80,7 @@ def band(priority: int) -> str:
 
 
 def upstream_keys(prefix: str, upstream: str) -> tuple[list[str], str]:
-    """The sixteen keys and the wake channel of one upstream.
+    """The eighteen keys and the wake channel of one upstream.
 
     `{upstream}` is a Redis Cluster hash tag: one upstream's keys live in one slot, so
     its scripts also run on a cluster; different upstreams may live on different nodes.
@@ -90,6 +93,7 @@ _PRELUDE = """
 local Q, D, W, S, O, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local F, E, N, VT, TG = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local WANT, BOUND, EXTRA, R, LAST = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local PRI, BYP = KEYS[17], KEYS[18]
 local cap, channel, rlimit, owner = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[5]
 local ready = {}
 if rlimit > 0 then
@@ -190,11 +194,20 @@ local function forget_entry(token)
   if redis.call('HINCRBY', N, consumer, -1) <= 0 then redis.call('HDEL', N, consumer) end
 end
 
+-- a queued token of a consumer whose priority is not 0 leaves the per-priority counts
+local function forget_priority(token)
+  local p = redis.call('HGET', PRI, token)
+  if not p then return end
+  redis.call('HDEL', PRI, token)
+  if redis.call('HINCRBY', BYP, p, -1) <= 0 then redis.call('HDEL', BYP, p) end
+end
+
 local function drop_waiter(token)
   redis.call('ZREM', Q, token)
   redis.call('ZREM', D, token)
   redis.call('HDEL', W, token)
   redis.call('HDEL', WANT, token)
+  forget_priority(token)
   forget_entry(token)
 end
 
@@ -257,6 +270,9 @@ local function expire()
     if redis.call('EXISTS', E) == 1 then
       for _, token in ipairs(lapsed) do forget_entry(token) end
     end
+    if redis.call('EXISTS', PRI) == 1 then
+      for _, token in ipairs(lapsed) do forget_priority(token) end
+    end
   end
 end
 
@@ -311,19 +327,21 @@ local function reply(code, value, n, replica)
   local stamp = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local counts = {}
   if rlimit > 0 then counts = redis.call('HGETALL', R) end
-  return {code, value, used(), redis.call('ZCARD', Q), n, stamp, replica or '', counts}
+  return {code, value, used(), redis.call('ZCARD', Q), n, stamp, replica or '', counts,
+          redis.call('HGETALL', BYP)}
 end
 """
 
 # ARGV (after the common four and the owner): token, depth, timeout_ms, fair ('1'/'0'),
-# consumer, band, step, limit (max_queued_per_consumer, 0 = none), tags_grace_ms, slots (k).
+# consumer, band, step, limit (max_queued_per_consumer, 0 = none), tags_grace_ms, slots (k),
+# the consumer's priority (counted per priority while queued; 0 is the rest of the queue).
 # Idempotent per token, so a retried call (lost reply) reports the token's state instead
 # of queueing it twice. With fair '0', limit 0, k 1 and no replicas (fifo, no per-consumer
 # limit) it writes exactly what it always did.
 ENTER = _PRELUDE + """
 local token, depth, timeout_ms = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local fair, consumer, b, step = ARGV[9] == '1', ARGV[10], ARGV[11], tonumber(ARGV[12])
-local limit, k = tonumber(ARGV[13]), tonumber(ARGV[15])
+local limit, k, priority = tonumber(ARGV[13]), tonumber(ARGV[15]), ARGV[16]
 local n = maintain()
 if redis.call('HGET', S, token) == owner then
   local _, addr = bound_of(token)
@@ -346,6 +364,10 @@ redis.call('ZADD', Q, seq, token)
 redis.call('ZADD', D, now + timeout_ms, token)
 redis.call('HSET', W, token, owner)
 if k > 1 then redis.call('HSET', WANT, token, k) end
+if priority ~= '0' then
+  redis.call('HSET', PRI, token, priority)
+  redis.call('HINCRBY', BYP, priority, 1)
+end
 if not fair and limit == 0 then return reply(2, waiting + 1, n) end
 local member, place = '', waiting + 1
 if fair then  -- start = max(V[band], last[band][consumer]); finish = start + step
