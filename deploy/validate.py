@@ -7,7 +7,11 @@ For the base and every overlay under deploy/k8s it
      `kubernetes-validate` package, strictly (an unknown field is an error),
   3. loads the gateway.toml the gateway pod mounts with the gateway's own config loader
      (and the keys file of a Secret in the manifests with its own keys-file parser),
-  4. checks the operational invariants the manifests' comments promise.
+  4. checks the operational invariants the manifests' comments promise,
+and renders deploy/k8s/predictors (the predictors' headless Services, applied in their own
+namespace) the same way: every `[upstreams.NAME.endpoints] dns` name of a gateway.toml that
+points into the cluster must be a headless Service there (`clusterIP: None`) selecting KServe
+predictor pods on the configured port.
 It prints one line per problem and exits 1 if there is any.
 """
 
@@ -30,6 +34,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy" / "k8s"
+PREDICTORS = K8S / "predictors"  # the headless Services of [endpoints] dns (not a gateway kustomization)
+KSERVE_LABEL = "serving.kserve.io/inferenceservice"  # KServe's label on every predictor pod
 CONTAINERFILE = ROOT / "deploy" / "Containerfile"
 if str(ROOT / "src") not in sys.path:  # check this checkout's config.py, not an installed copy
     sys.path.insert(0, str(ROOT / "src"))
@@ -349,6 +355,47 @@ def keys_file_problems(objects: list[Obj], config: Config, deployment: Obj) -> l
     return []
 
 
+def endpoints_problems(config: Config, predictors: list[Obj]) -> list[str]:
+    """Each in-cluster `[endpoints] dns` name (`SERVICE.NAMESPACE.svc...`) is a headless Service of
+    deploy/k8s/predictors: `clusterIP: None` (else the name has ONE virtual IP and kube-proxy picks the
+    pod per connection again), selecting KServe predictor pods, with the configured port."""
+    problems = []
+    for name, upstream in config.upstreams.items():
+        table, key = upstream.endpoints, f"upstreams.{name}.endpoints"
+        if table is None or not isinstance(table.dns, str):
+            continue
+        service, _, rest = table.dns.rstrip(".").partition(".")
+        namespace, _, suffix = rest.partition(".")
+        if suffix not in ("svc", "svc.cluster.local"):
+            continue  # a name outside the cluster's Services: not ours to check
+        found = next((o for o in predictors if o["kind"] == "Service" and o["metadata"]["name"] == service
+                      and o["metadata"].get("namespace") == namespace), None)
+        if found is None:
+            problems.append(f"{key}.dns '{table.dns}': no Service {namespace}/{service} in deploy/k8s/predictors")
+            continue
+        spec, where = found["spec"], object_id(found)
+        if spec.get("clusterIP") != "None":
+            problems.append(f"{where}: must be headless (clusterIP: None) for {key}.dns: one record per pod")
+        if KSERVE_LABEL not in spec.get("selector", {}):
+            problems.append(f"{where}: must select the predictor pods by {KSERVE_LABEL}")
+        if spec.get("publishNotReadyAddresses"):
+            problems.append(f"{where}: publishNotReadyAddresses would send requests to pods that are not ready")
+        ports = [p.get("targetPort", p.get("port")) for p in spec.get("ports", [])]
+        if table.port not in ports:
+            problems.append(f"{where}: no port {table.port} ({key}.port); it has {ports}")
+    return problems
+
+
+@functools.cache
+def predictor_objects() -> tuple[list[Obj], tuple[str, ...]]:
+    """deploy/k8s/predictors rendered, and its own problems (render, schema)."""
+    try:
+        objects = render(PREDICTORS)
+    except (RenderError, OSError) as exc:
+        return [], (f"render {PREDICTORS.relative_to(ROOT)}: {exc}",)
+    return objects, tuple(schema_problems(objects))
+
+
 def check(directory: Path) -> tuple[list[Obj], list[str]]:
     """Render DIRECTORY and return (objects, problems)."""
     try:
@@ -360,6 +407,10 @@ def check(directory: Path) -> tuple[list[Obj], list[str]]:
         config = gateway_config(objects)
         problems.extend(invariant_problems(objects, config))
         problems.extend(containerfile_problems(objects, config))
+        if any(u.endpoints is not None for u in config.upstreams.values()):
+            predictors, own = predictor_objects()
+            problems.extend(own)
+            problems.extend(endpoints_problems(config, predictors))
     except Missing as exc:
         problems.append(str(exc))
     return objects, problems

@@ -46,16 +46,28 @@ from adapters.outbound.keys_file import (
 )
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
+from adapters.outbound.openai_compat.replica_sessions import ReplicaSessions
+from adapters.outbound.replica_discovery import DnsReplicas, ReplicaWatch, StaticReplicas
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
 from application.consumer_limits import DEFAULT_WAIT_SECONDS, ConsumerLimits
-from config import Config, ConfigError, dump_config, load_config, parse_listen, parse_ops_listen
+from config import (
+    Config,
+    ConfigError,
+    EndpointsTable,
+    dump_config,
+    load_config,
+    nameserver,
+    parse_listen,
+    parse_ops_listen,
+)
 from domain.admission import AdmissionPolicy
 from domain.routing import ModelRouter
 from ports.consumers import ConsumerConcurrency, UsageLedger
+from ports.discovery import ReplicaDiscovery
 
 if TYPE_CHECKING:  # imported where used: a process without Redis or tracing never loads them
     from adapters.outbound.otel_tracing import OtelTelemetry
@@ -101,9 +113,11 @@ def _telemetry(config: Config) -> Iterator[OtelTelemetry | None]:
 
 
 def _upstream_clients(
-    config: Config, sessions: Mapping[str, aiohttp.ClientSession], tracing: OtelTelemetry | None
+    config: Config, sessions: Mapping[str, aiohttp.ClientSession], tracing: OtelTelemetry | None,
+    replica_sessions: Mapping[str, ReplicaSessions],
 ) -> dict[str, OpenAICompatClient]:
-    """One client per upstream address, each on its session in `sessions` (by upstream name)."""
+    """One client per upstream address, each on its session in `sessions` (by upstream name);
+    an upstream with `[endpoints]` calls the chosen replica on that replica's own session."""
     return {
         name: OpenAICompatClient(
             sessions,
@@ -113,9 +127,45 @@ def _upstream_clients(
             first_byte_timeout=upstream.first_byte_timeout_seconds,
             idle_timeout=upstream.idle_timeout_seconds,
             tracer=tracing,
+            replicas=replica_sessions.get(name),
         )
         for name, upstream in config.upstreams.items()
     }
+
+
+def _replica_limits(config: Config) -> dict[str, int]:
+    """Upstream name -> `[endpoints] max_in_flight` (the most one replica gets), for the gates."""
+    return {name: u.endpoints.max_in_flight for name, u in config.upstreams.items() if u.endpoints is not None}
+
+
+def _replica_sessions(config: Config) -> dict[str, ReplicaSessions]:
+    """A pool of per-replica aiohttp sessions for each upstream with `[endpoints]`."""
+    return {name: ReplicaSessions() for name, u in config.upstreams.items() if u.endpoints is not None}
+
+
+def _discovery(name: str, table: EndpointsTable) -> ReplicaDiscovery:
+    """`urls`: fixed (told once at start); `dns`: re-resolved every `refresh_seconds` in the background."""
+    if isinstance(table.urls, list):
+        return StaticReplicas(table.replica_urls())
+    assert isinstance(table.dns, str) and isinstance(table.port, int)  # config checks and fills them
+    servers = table.nameservers if isinstance(table.nameservers, list) else []
+    return DnsReplicas(
+        name, table.dns, table.port, scheme=table.scheme if isinstance(table.scheme, str) else "http",
+        refresh_seconds=table.refresh_seconds if isinstance(table.refresh_seconds, float | int) else 5.0,
+        nameservers=[nameserver(server) for server in servers],
+    )
+
+
+def _replica_watch(config: Config, gate: Any, replica_sessions: Mapping[str, ReplicaSessions]) -> ReplicaWatch:
+    """One discovery per upstream with `[endpoints]`, for the app's life: every answer goes to the
+    gate (which replicas may get new requests) and to the upstream's replica sessions."""
+    discoveries = {name: _discovery(name, u.endpoints) for name, u in config.upstreams.items() if u.endpoints}
+
+    def tell(upstream: str, ready: frozenset[str]) -> None:
+        gate.set_replicas(upstream, ready)
+        replica_sessions[upstream].retain(ready)
+
+    return ReplicaWatch(discoveries, [tell])
 
 
 async def _upstream_sessions(
@@ -152,13 +202,14 @@ def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAd
     """The admission backend: one process (memory) or every process and pod (Redis)."""
     shared = config.admission
     target = _redis_target(config)
+    limits = _replica_limits(config)
     if target is None:
-        return InMemoryAdmissionGate(_policies(config), clock)
+        return InMemoryAdmissionGate(_policies(config), clock, replica_limits=limits)
     from adapters.outbound.redis_gate import RedisAdmissionGate
 
     return RedisAdmissionGate(
         _policies(config), clock, target, shared.lease_seconds, shared.key_prefix,
-        on_fenced=_fenced,
+        on_fenced=_fenced, replica_limits=limits,
     )
 
 
@@ -174,7 +225,8 @@ def _metrics(config: Config, gate: Any) -> PrometheusMetrics:
 
     directory = os.environ.get(MULTIPROC_ENV) if config.server.workers > 1 else None
     health = gate.health if config.admission.backend == "redis" else None
-    return PrometheusMetrics(gate, redis_health=health, multiprocess_dir=directory)
+    return PrometheusMetrics(gate, redis_health=health, multiprocess_dir=directory,
+                             replica_upstreams=list(_replica_limits(config)))
 
 
 def _status_board(
@@ -186,7 +238,8 @@ def _status_board(
     timeouts = {name: u.admission.queue_timeout_seconds for name, u in config.upstreams.items() if u.admission}
     return StatusBoard(gate, metrics, clock, ready=lifecycle.ready, backend=config.admission.backend,
                        workers=config.server.workers, queue_timeouts=timeouts,
-                       consumer=None if credentials is None else credentials.named)
+                       consumer=None if credentials is None else credentials.named,
+                       replica_upstreams=list(_replica_limits(config)))
 
 
 def _router(config: Config) -> ModelRouter:
@@ -270,6 +323,8 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
             await container.init_resources()  # type: ignore[misc]  # the upstream sessions are async
             gate = container.gate()
             await gate.start()
+            replicas = container.replica_watch()
+            await replicas.start()  # the first answers reach the gate before the first request
             for counter in counters:
                 await counter.start()
             status = container.status_board()
@@ -280,7 +335,9 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
                 await status.close()
                 for counter in counters:
                     await counter.close()
+                await replicas.close()
                 await gate.close()
+                await asyncio.gather(*(pool.close() for pool in container.replica_sessions().values()))
                 await container.shutdown_resources()  # type: ignore[misc]
         finally:
             if credentials is not None:
@@ -296,7 +353,7 @@ def _litestar_app(
     """Every registered dialect's Router plus the health endpoints, on one Litestar app (the
     metrics and the status page are on the ops listener's app: `ops_app`)."""
     handlers: list[Any] = [dialect(context) for dialect in dialects]
-    handlers += health_handlers(lifecycle.ready)
+    handlers += health_handlers(lifecycle.ready, container.replica_watch().without_replicas)
     server = config.server
     cors = (
         CORSConfig(allow_origins=server.cors_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],
@@ -325,7 +382,9 @@ class Container(containers.DeclarativeContainer):
     # upstream name -> its aiohttp session, filled and emptied by the resource below
     sessions: providers.Singleton[dict[str, aiohttp.ClientSession]] = providers.Singleton(dict)
     upstream_sessions = providers.Resource(_upstream_sessions, config, sessions)
-    upstreams = providers.Singleton(_upstream_clients, config, sessions, tracing)
+    replica_sessions = providers.Singleton(_replica_sessions, config)
+    upstreams = providers.Singleton(_upstream_clients, config, sessions, tracing, replica_sessions)
+    replica_watch = providers.Singleton(_replica_watch, config, gate, replica_sessions)
     usage = providers.Singleton(lambda c: _usage_ledger(c), config)
     consumer_concurrency = providers.Singleton(lambda c: _consumer_concurrency(c), config)
     consumer_limits = providers.Singleton(_consumer_limits, config, usage, consumer_concurrency)
@@ -341,8 +400,9 @@ class Container(containers.DeclarativeContainer):
     metrics = providers.Singleton(_metrics, config, gate)
     status_board = providers.Singleton(_status_board, config, gate, metrics, clock, lifecycle, credentials)
     ops_app = providers.Singleton(
-        lambda metrics, lifecycle, status: ops_app(metrics.render, lifecycle.ready, status),
-        metrics, lifecycle, status_board,
+        lambda metrics, lifecycle, status, watch: ops_app(metrics.render, lifecycle.ready, status,
+                                                         watch.without_replicas),
+        metrics, lifecycle, status_board, replica_watch,
     )
     request_log = providers.Singleton(lambda c: JsonRequestLog(enabled=c.server.access_log), config)
     observer = providers.Singleton(

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 import msgspec
 
 from application.consumer_limits import ConsumerLimits, Door
-from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, unless_lost
+from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, to_replica, unless_lost
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
@@ -70,7 +70,8 @@ class ChatService:
             lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
             try:
-                response = await unless_lost(self._upstreams[upstream].complete(request), lease.lost)
+                call = self._upstreams[upstream].complete(request, **to_replica(lease, record))
+                response = await unless_lost(call, lease.lost)
             finally:
                 await lease.release()
             usage = response.usage
@@ -123,7 +124,7 @@ class ChatService:
             meter = turn.meter
             turn.reached_upstream = True
             try:
-                async with self._upstreams[upstream].open_stream(request) as batches:
+                async with self._upstreams[upstream].open_stream(request, **to_replica(lease, record)) as batches:
                     async for batch in batches:
                         if lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)

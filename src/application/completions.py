@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 import msgspec
 
 from application.consumer_limits import ConsumerLimits
-from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, unless_lost
+from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, to_replica, unless_lost
 from domain.canonical import ChunkBatch, StreamChunk, TextPart, UsageReport
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.consumers import ANONYMOUS, Consumer
@@ -46,7 +46,8 @@ class CompletionService:
             lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
             try:
-                answer = await unless_lost(self._upstreams[upstream].complete_text(request), lease.lost)
+                call = self._upstreams[upstream].complete_text(request, **to_replica(lease, record))
+                answer = await unless_lost(call, lease.lost)
             finally:
                 await lease.release()
             if answer.usage.input_tokens or answer.usage.output_tokens:
@@ -66,7 +67,7 @@ class CompletionService:
             lost, meter = lease.lost, turn.meter
             turn.reached_upstream = True
             try:
-                async with self._upstreams[upstream].open_text_stream(request) as batches:
+                async with self._upstreams[upstream].open_text_stream(request, **to_replica(lease, record)) as batches:
                     async for batch in batches:
                         if lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
@@ -98,7 +99,8 @@ class EmbeddingService:
             lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
             try:
-                answer = await unless_lost(self._upstreams[upstream].embed(request), lease.lost)
+                call = self._upstreams[upstream].embed(request, **to_replica(lease, record))
+                answer = await unless_lost(call, lease.lost)
             finally:
                 await lease.release()
             if answer.usage.input_tokens:

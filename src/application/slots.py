@@ -19,6 +19,7 @@ from domain.canonical import QueuePosition
 from domain.consumers import Consumer
 from domain.errors import AdmissionUnavailable, GatewayError
 from domain.records import RequestRecord
+from domain.replicas import endpoint_of
 from domain.routing import ModelRouter
 from ports.admission import AdmissionGate, QueueTicket, SlotLease
 from ports.clock import Clock
@@ -48,6 +49,18 @@ async def unless_lost(call: Awaitable[T], lost: asyncio.Event) -> T:
     if work.cancelled() and lost.is_set():
         raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
     return work.result()
+
+
+def to_replica(lease: SlotLease, record: RequestRecord | None) -> dict[str, str]:
+    """The upstream call's `replica=` argument: the replica the admission bound the request to
+    (`[endpoints]`), noted on the record as its `endpoint` (host:port); {} without replicas,
+    so the call is exactly today's."""
+    replica: str | None = getattr(lease, "replica", None)  # a gate without [endpoints] binds none
+    if replica is None:
+        return {}
+    if record is not None:
+        record.endpoint = endpoint_of(replica)
+    return {"replica": replica}
 
 
 def route(router: ModelRouter, request: R, record: RequestRecord | None) -> tuple[str, R]:

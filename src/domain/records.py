@@ -24,6 +24,8 @@ class RequestRecord(Struct, kw_only=True):
     # The configured model name the upstream was called with (an alias resolved): metrics
     # label with it, never with the client's string, so clients cannot add series.
     upstream_model: str | None = None
+    # The replica the request was bound to at admission (`host:port`; `[endpoints]` only).
+    endpoint: str | None = None
     stream: bool = False
     error_kind: str | None = None
     client_gone: bool = False

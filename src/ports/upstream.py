@@ -41,23 +41,23 @@ class UpstreamClient(Protocol):
 
 
 class CompletionClient(Protocol):
-    """Text completions on one model server (its `/v1/completions`); failures and
-    cancellation as for `UpstreamClient`."""
+    """Text completions on one model server (its `/v1/completions`); failures, cancellation
+    and `replica` as for `UpstreamClient`."""
 
-    async def complete_text(self, request: CompletionRequest) -> Completion:
+    async def complete_text(self, request: CompletionRequest, replica: str | None = None) -> Completion:
         """Answer a non-streaming text completion."""
         ...
 
     def open_text_stream(
-        self, request: CompletionRequest
+        self, request: CompletionRequest, replica: str | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         """Start a streamed text completion; entering, iterating and leaving as `open_stream`."""
         ...
 
 
 class EmbeddingClient(Protocol):
-    """Embeddings on one model server (its `/v1/embeddings`)."""
+    """Embeddings on one model server (its `/v1/embeddings`); `replica` as for `UpstreamClient`."""
 
-    async def embed(self, request: EmbeddingRequest) -> Embeddings:
+    async def embed(self, request: EmbeddingRequest, replica: str | None = None) -> Embeddings:
         """One vector per input, in order."""
         ...

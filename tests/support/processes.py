@@ -38,10 +38,11 @@ class Proc:
     port: int
     output: Path
     extra: dict[str, object] = field(default_factory=dict)
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def ops_url(self) -> str:
@@ -93,7 +94,7 @@ class Processes:
         self._n = 0
 
     def _spawn(self, name: str, argv: list[str], port: int, health: str,
-               env: dict[str, str] | None = None) -> Proc:
+               env: dict[str, str] | None = None, host: str = "127.0.0.1") -> Proc:
         self._n += 1
         output = self.workdir / f"{self._n:02d}-{name}.out"
         handle = output.open("wb")
@@ -101,17 +102,19 @@ class Processes:
             argv, stdout=handle, stderr=subprocess.STDOUT, env={**_env(), **(env or {})}, cwd=ROOT
         )
         handle.close()
-        proc = Proc(popen, port, output)
+        proc = Proc(popen, port, output, host=host)
         self.procs.append(proc)
-        wait_http(f"http://127.0.0.1:{port}{health}", popen, output)
+        wait_http(f"http://{host}:{port}{health}", popen, output)
         return proc
 
-    def stub(self, *args: str, log: str | Path | None = None, port: int | None = None) -> Proc:
+    def stub(self, *args: str, log: str | Path | None = None, port: int | None = None,
+             host: str = "127.0.0.1") -> Proc:
+        """`host`: another loopback address (127.0.0.2, ...) for replicas on one port."""
         port = port or free_port()
-        argv = [sys.executable, "-m", "bootstrap", "stub", "--listen", f"127.0.0.1:{port}", *args]
+        argv = [sys.executable, "-m", "bootstrap", "stub", "--listen", f"{host}:{port}", *args]
         if log is not None:
             argv += ["--log", str(log)]
-        proc = self._spawn("stub", argv, port, "/health")
+        proc = self._spawn("stub", argv, port, "/health", host=host)
         proc.extra["log"] = log
         return proc
 

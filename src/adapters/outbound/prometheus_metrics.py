@@ -15,7 +15,7 @@ once a second), so they are summed over the workers too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from adapters.outbound.replica_metrics import EndpointMetrics
 from domain.consumers import ANONYMOUS
 from domain.errors import OVERLOAD_KINDS
 from domain.records import RequestRecord
@@ -96,10 +97,12 @@ class PrometheusMetrics:
     """Owns one registry; `request_finished` makes it a `RequestObserver`.
 
     `redis_health` (the Redis gate's `health`) adds `gateway_redis_reachable` and
-    `gateway_lease_heartbeat_failures_total`; `multiprocess_dir` is set with several workers.
+    `gateway_lease_heartbeat_failures_total`; `multiprocess_dir` is set with several workers;
+    `replica_upstreams` (those with `[endpoints]`) adds the per-replica series (`EndpointMetrics`).
     """
 
-    def __init__(self, gate: AdmissionGate, *, redis_health: Any = None, multiprocess_dir: str | None = None) -> None:
+    def __init__(self, gate: AdmissionGate, *, redis_health: Any = None, multiprocess_dir: str | None = None,
+                 replica_upstreams: Sequence[str] = ()) -> None:
         self._gate = gate
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
@@ -159,6 +162,9 @@ class PrometheusMetrics:
         self._upstream_children: dict[str, tuple[Any, Any]] = {}
         self._wait_children: dict[tuple[str, str], Any] = {}  # (upstream, consumer)
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._endpoints: EndpointMetrics | None = None
+        if replica_upstreams:
+            self._endpoints = EndpointMetrics(gate, replica_upstreams, r, self._page)
 
     def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
         return None
@@ -182,6 +188,8 @@ class PrometheusMetrics:
                 self._duration.labels(upstream), self._ttft.labels(upstream))
         duration, ttft = children
         duration.observe(record.duration_seconds)
+        if record.endpoint is not None and self._endpoints is not None:
+            self._endpoints.request_sent(upstream, record.endpoint)
         if record.queue_wait_seconds is not None:
             who = (upstream, record.consumer or ANONYMOUS.name)
             queue_wait = self._wait_children.get(who)

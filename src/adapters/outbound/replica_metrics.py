@@ -1,17 +1,69 @@
-"""Prometheus series of an upstream's replicas' health and load, in the gateway's registry
-(`PrometheusMetrics.registry`): the replicas' own load as last read (`[endpoints]
-load_metrics`), read at scrape time, and the ejections counted as they happen."""
+"""Prometheus series of an upstream's replicas, in the gateway's registry (`PrometheusMetrics`).
+
+`EndpointMetrics`: the replicas by state and each one's requests in flight, read from the
+gate at scrape time (with Redis, the shared counts), and the requests each replica got.
+`ReplicaMetrics`: the replicas' own load as last read (`[endpoints] load_metrics`), read at
+scrape time, and the ejections counted as they happen."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from domain.replicas import endpoint_of
+from domain.replicas import ReplicaState, endpoint_of
+from ports.admission import AdmissionGate
 from ports.load_reports import LoadReports
+
+_STATES = (ReplicaState.READY, ReplicaState.DRAINING, ReplicaState.EJECTED)
+
+
+class _EndpointCollector(Collector):
+    def __init__(self, gate: AdmissionGate, upstreams: Sequence[str]) -> None:
+        self._gate, self._upstreams = gate, list(upstreams)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        states = GaugeMetricFamily(
+            "gateway_upstream_endpoints", "An upstream's replicas now, by state (ready | draining | ejected)",
+            labels=["upstream", "state"])
+        in_flight = GaugeMetricFamily(
+            "gateway_endpoint_in_flight", "Slots one replica holds for this upstream's requests now",
+            labels=["upstream", "endpoint"])
+        for upstream in self._upstreams:
+            counts = dict.fromkeys(_STATES, 0)
+            for replica in self._gate.replicas(upstream):
+                counts[replica.state] += 1
+                in_flight.add_metric([upstream, endpoint_of(replica.address)], replica.in_flight)
+            for state, count in counts.items():
+                if state is not ReplicaState.EJECTED or count:  # ejection (issue 23) adds its series when used
+                    states.add_metric([upstream, state.value], count)
+        yield states
+        yield in_flight
+
+
+class EndpointMetrics:
+    """`gateway_upstream_endpoints{upstream,state}`, `gateway_endpoint_in_flight{upstream,endpoint}`
+    (gauges on `page`, the registry a scrape reads) and `gateway_endpoint_requests_total{upstream,endpoint}`
+    (a counter in `registry`: with several workers, in every worker's files)."""
+
+    def __init__(self, gate: AdmissionGate, upstreams: Sequence[str], registry: CollectorRegistry,
+                 page: CollectorRegistry) -> None:
+        page.register(_EndpointCollector(gate, upstreams))
+        self._requests = Counter(
+            "gateway_endpoint_requests", "Requests sent to one replica", ["upstream", "endpoint"], registry=registry)
+        self._children: dict[tuple[str, str], Any] = {}
+
+    def request_sent(self, upstream: str, endpoint: str) -> None:
+        key = (upstream, endpoint)
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) >= 4096:  # replicas come and go with DNS: the lookup cache stays bounded
+                self._children.clear()
+            child = self._children[key] = self._requests.labels(upstream, endpoint)
+        child.inc()
 
 
 class _LoadCollector(Collector):

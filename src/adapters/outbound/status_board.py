@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from domain.consumers import Consumer
@@ -28,7 +28,9 @@ class StatusBoard:
         self, gate: AdmissionGate, metrics: PrometheusMetrics, clock: Clock, *, ready: Callable[[], bool],
         backend: str, workers: int, queue_timeouts: Mapping[str, float],
         consumer: Callable[[str], Consumer | None] | None = None, interval: float = 1.0,
+        replica_upstreams: Collection[str] = (),
     ) -> None:
+        self._replica_upstreams = frozenset(replica_upstreams)
         self._gate, self._metrics, self._clock = gate, metrics, clock
         self._ready, self._backend, self._workers = ready, backend, workers
         self._timeouts = dict(queue_timeouts)
@@ -95,7 +97,11 @@ class StatusBoard:
         )
 
     def _replicas(self, name: str) -> list[ReplicaStatus]:
-        return []  # until upstreams have [endpoints]: then one entry per replica
+        """One entry per replica of an upstream with `[endpoints]` (ready, ejected or draining); [] without."""
+        if name not in self._replica_upstreams:
+            return []
+        return [ReplicaStatus(address=r.address, state=r.state.value, in_flight=r.in_flight, limit=r.limit)
+                for r in self._gate.replicas(name)]
 
     def _consumer_status(self, name: str, entry: dict[str, object]) -> ConsumerStatus:
         known = self._consumer(name) if self._consumer is not None else None

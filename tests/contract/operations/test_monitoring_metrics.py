@@ -40,7 +40,9 @@ def test_every_metric_of_the_dashboard_and_the_rules_is_exported(procs: Processe
         f'key_prefix = "monitoring-{uuid.uuid4().hex[:8]}"\n'
         f'[auth]\nmode = "required"\nkeys_file = "{keys}"\n'
         + upstream_toml("reasoning", stub.url, ["reasoning"], {
-            "sequence_slots": 3, "max_in_flight": 2, "queue_depth": 4, "queue_timeout_seconds": 30}))
+            "sequence_slots": 3, "max_in_flight": 2, "queue_depth": 4, "queue_timeout_seconds": 30})
+        # its replicas (the one stub): the replica series exist too
+        + f'\n[upstreams.reasoning.endpoints]\nurls = ["{stub.url}"]\nsequence_slots = 2\nmax_in_flight = 2\n')
     headers = {"x-api-key": KEY}
     body = {"model": "reasoning", "max_tokens": 8, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     statuses = [httpx.post(f"{gw.url}/llm/v1/messages", json=body, headers=headers, timeout=20).status_code

@@ -137,3 +137,21 @@ async def test_text_completions_and_embeddings_are_traced_as_themselves(
     assert vectors["gen_ai.operation.name"] == "embeddings" and vectors["gen_ai.usage.input_tokens"] == 2
     assert _attrs(spans["text_completion reasoning"])["gen_ai.request.model"] == "reasoning"
     assert spans["embeddings reasoning"].kind == Span.SPAN_KIND_CLIENT
+
+
+async def test_the_upstream_span_names_the_replica_of_an_upstream_with_endpoints(
+    procs: Processes, receiver: tuple[Receiver, str]
+) -> None:
+    collector, endpoint = receiver
+    stub = procs.stub()
+    toml = upstream_toml("reasoning", "http://127.0.0.1:9", ["reasoning"], {
+        "sequence_slots": 4, "max_in_flight": 2, "queue_depth": 2, "queue_timeout_seconds": 5})
+    toml += f'\n[upstreams.reasoning.endpoints]\nurls = ["{stub.url}"]\nsequence_slots = 2\nmax_in_flight = 2\n'
+    gateway = procs.gateway(toml, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    async with aiohttp.ClientSession() as http:
+        response = await http.post(f"{gateway.url}/v1/chat/completions",
+                                   json={"model": "reasoning", "messages": [{"role": "user", "content": "hi"}]})
+        assert response.status == 200
+    client = _attrs((await collector.wait_for({"chat reasoning"}))["chat reasoning"])
+    assert (client["server.address"], client["server.port"]) == ("127.0.0.1", stub.port)  # not the url's port 9
+    assert client["gateway.endpoint"] == f"127.0.0.1:{stub.port}"

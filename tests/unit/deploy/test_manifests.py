@@ -3,6 +3,7 @@ their invariants. kubectl is real: scripts/test installs it where it is missing 
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import subprocess
 import sys
@@ -194,3 +195,32 @@ def test_the_ops_port_must_be_a_container_port() -> None:
     container["ports"] = [p for p in container["ports"] if p["name"] != "ops"]
     problems = validate.invariant_problems(objects, validate.gateway_config(objects))
     assert any("no containerPort 9464 for the ops listener" in p for p in problems), problems
+
+
+def test_the_example_config_finds_replicas_through_a_headless_service_of_predictor_pods() -> None:
+    config = validate.gateway_config(validate.render(BASE))
+    endpoints = config.upstreams["reasoning"].endpoints
+    assert endpoints is not None and endpoints.dns == "reasoning-predictor-headless.llm-serving.svc.cluster.local"
+    assert (endpoints.port, endpoints.sequence_slots, endpoints.max_in_flight) == (8080, 4, 4)
+    predictors, own = validate.predictor_objects()
+    assert own == ()
+    service = validate.find(predictors, "Service", "reasoning-predictor-headless")
+    assert service["metadata"]["namespace"] == "llm-serving"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"serving.kserve.io/inferenceservice": "reasoning"}
+    assert validate.endpoints_problems(config, predictors) == []
+
+
+def test_a_clusterip_or_missing_predictor_service_fails() -> None:
+    config = validate.gateway_config(validate.render(BASE))
+    predictors = copy.deepcopy(validate.predictor_objects()[0])
+    service = validate.find(predictors, "Service", "reasoning-predictor-headless")
+    del service["spec"]["clusterIP"]
+    service["spec"]["selector"] = {"app": "reasoning"}
+    service["spec"]["ports"][0]["targetPort"] = 8000
+    problems = validate.endpoints_problems(config, predictors)
+    assert any("must be headless (clusterIP: None)" in p for p in problems)
+    assert any("serving.kserve.io/inferenceservice" in p for p in problems)
+    assert any("no port 8080" in p for p in problems)
+    assert any("no Service llm-serving/reasoning-predictor-headless" in p
+               for p in validate.endpoints_problems(config, []))

@@ -7,7 +7,7 @@ The public listener serves `health_handlers` (kubelet probes); the ops listener
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 from litestar import Litestar, Response, get
@@ -21,7 +21,10 @@ __all__ = ["health_handlers", "ops_app"]
 _JSON = msgspec.json.Encoder()
 
 
-def ops_app(metrics: Callable[[], tuple[bytes, bytes]], ready: Callable[[], bool], status: StatusSource) -> Litestar:
+def ops_app(
+    metrics: Callable[[], tuple[bytes, bytes]], ready: Callable[[], bool], status: StatusSource,
+    without_replicas: Callable[[], Sequence[str]] | None = None,
+) -> Litestar:
     """The ops listener's app; its state is the main app's (same process, same objects)."""
 
     @get("/status", include_in_schema=False)
@@ -35,6 +38,6 @@ def ops_app(metrics: Callable[[], tuple[bytes, bytes]], ready: Callable[[], bool
         return Response(_JSON.encode(report), media_type="application/json", headers={"cache-control": "no-store"})
 
     return Litestar(
-        route_handlers=[*health_handlers(ready), metrics_handler(metrics), status_page, status_json],
+        route_handlers=[*health_handlers(ready, without_replicas), metrics_handler(metrics), status_page, status_json],
         openapi_config=None, logging_config=None,
     )

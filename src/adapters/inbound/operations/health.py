@@ -5,7 +5,7 @@ The public listener gets `health_handlers` only; the ops listener all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
@@ -13,8 +13,12 @@ from litestar.handlers import HTTPRouteHandler
 _TEXT = "text/plain; charset=utf-8"
 
 
-def health_handlers(ready: Callable[[], bool]) -> list[HTTPRouteHandler]:
-    """`ready()` is False while draining."""
+def health_handlers(
+    ready: Callable[[], bool], without_replicas: Callable[[], Sequence[str]] | None = None
+) -> list[HTTPRouteHandler]:
+    """`ready()` is False while draining. `without_replicas()`: the upstreams (`[endpoints]`) whose
+    discovery answers no ready replica now; `/readyz` names them and stays ready (200), since the
+    other upstreams still serve and a restart would not bring a replica back."""
 
     @get("/healthz", include_in_schema=False)
     async def healthz() -> Response[bytes]:
@@ -23,7 +27,9 @@ def health_handlers(ready: Callable[[], bool]) -> list[HTTPRouteHandler]:
     @get("/readyz", include_in_schema=False)
     async def readyz() -> Response[bytes]:
         if ready():
-            return Response(b"ready\n", media_type=_TEXT)
+            idle = without_replicas() if without_replicas is not None else ()
+            lines = "".join(f"upstream {name}: no ready replica\n" for name in idle)
+            return Response(f"ready\n{lines}".encode(), media_type=_TEXT)
         return Response(b"draining\n", status_code=503, media_type=_TEXT)
 
     return [healthz, readyz]

@@ -1,0 +1,159 @@
+"""The composition root's replica wiring: one discovery per upstream with `[endpoints]`, started
+with the app and told to the gate; every admitted request's upstream call names its replica; the
+record, metrics, /readyz and /status.json show the replicas. A fake upstream client stands in for
+the model servers (it notes which replica each call went to)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from dependency_injector import providers
+from litestar.testing import AsyncTestClient
+
+import bootstrap
+from adapters.inbound.operations import ops_app
+from adapters.outbound.replica_discovery import ReplicaWatch, StaticReplicas
+from config import load_config_text
+from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk, TextDelta, TextPart, Usage
+from ports.discovery import ReadyListener
+
+A, B = "http://10.0.0.1:8080", "http://10.0.0.2:8080"
+CONFIG = f"""
+[upstreams.up]
+url = "http://127.0.0.1:9"
+models = ["m"]
+[upstreams.up.admission]
+sequence_slots = 8
+max_in_flight = 6
+queue_depth = 2
+queue_timeout_seconds = 5
+[upstreams.up.endpoints]
+urls = ["{A}", "{B}"]
+sequence_slots = 4
+max_in_flight = 4
+
+[upstreams.plain]
+url = "http://127.0.0.1:10"
+models = ["p"]
+"""
+
+
+class ReplicaNotingClient:
+    """`ports.upstream.UpstreamClient` answering at once, noting the replica of every call."""
+
+    def __init__(self) -> None:
+        self.replicas: list[str | None] = []
+
+    async def complete(self, request: ChatRequest, replica: str | None = None) -> ChatResponse:
+        self.replicas.append(replica)
+        return ChatResponse(id="c", model=request.model, created=0, content=[TextPart(text="hi")],
+                            finish_reason="end_turn", usage=Usage(input_tokens=1, output_tokens=1))
+
+    @asynccontextmanager
+    async def open_stream(self, request: ChatRequest, replica: str | None = None
+                          ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
+        self.replicas.append(replica)
+
+        async def batches() -> AsyncIterator[ChunkBatch]:
+            yield [StreamChunk(events=[TextDelta(text="hi")])]
+
+        yield batches()
+
+    async def count_tokens(self, request: ChatRequest) -> int:
+        return 1
+
+
+async def test_requests_are_sent_to_the_replicas_the_gate_binds_and_every_view_shows_them() -> None:
+    container = bootstrap.Container(config=load_config_text(CONFIG))
+    replicated, plain = ReplicaNotingClient(), ReplicaNotingClient()
+    container.upstreams.override(providers.Object({"up": replicated, "plain": plain}))
+    seen: list[object] = []
+    container.request_log.override(providers.Object(_Records(seen)))
+    app = container.app()
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with AsyncTestClient(app) as client:
+        for stream in (False, True, False, True):
+            assert (await client.post("/v1/chat/completions", json={**chat, "stream": stream})).status_code == 200
+        assert (await client.post("/v1/chat/completions", json={**chat, "model": "p"})).status_code == 200
+        assert (await client.get("/readyz")).text == "ready\n"
+        async with AsyncTestClient(container.ops_app()) as ops:
+            page = (await ops.get("/metrics")).text
+            status = (await ops.get("/status.json")).json()
+    # Equal loads rotate: the four calls alternate between the two replicas; `plain` calls its url.
+    assert replicated.replicas == [A, B, A, B] and plain.replicas == [None]
+    assert [getattr(r, "endpoint", None) for r in seen] == ["10.0.0.1:8080", "10.0.0.2:8080"] * 2 + [None]
+    assert 'gateway_upstream_endpoints{state="ready",upstream="up"} 2.0' in page
+    assert 'gateway_upstream_endpoints{state="draining",upstream="up"} 0.0' in page
+    assert 'gateway_endpoint_requests_total{endpoint="10.0.0.1:8080",upstream="up"} 2.0' in page
+    assert 'gateway_endpoint_in_flight{endpoint="10.0.0.2:8080",upstream="up"} 0.0' in page
+    assert 'upstream="plain"' not in "".join(line for line in page.splitlines() if "endpoint" in line)
+    by_name = {u["name"]: u["replicas"] for u in status["upstreams"]}
+    assert by_name["plain"] == []
+    assert by_name["up"] == [{"address": A, "state": "ready", "in_flight": 0, "limit": 4},
+                             {"address": B, "state": "ready", "in_flight": 0, "limit": 4}]
+
+
+class _Records:
+    def __init__(self, seen: list[object]) -> None:
+        self.seen = seen
+
+    def request_started(self, record: object, headers: object) -> None:
+        return None
+
+    def request_finished(self, record: object, handle: object = None) -> None:
+        self.seen.append(record)
+
+
+class ScriptedDiscovery:
+    """A `ReplicaDiscovery` whose answers the test gives."""
+
+    def __init__(self, first: frozenset[str]) -> None:
+        self.answer, self.listener, self.closed = first, None, False
+
+    async def start(self, listener: ReadyListener) -> None:
+        self.listener = listener  # type: ignore[assignment]
+        listener(self.answer)
+
+    def ready(self) -> frozenset[str]:
+        return self.answer
+
+    def tell(self, ready: frozenset[str]) -> None:
+        self.answer = ready
+        assert self.listener is not None
+        self.listener(ready)  # type: ignore[unreachable]
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_the_watch_tells_every_listener_each_answer_and_names_upstreams_without_replicas() -> None:
+    told: list[tuple[str, frozenset[str]]] = []
+    scripted = ScriptedDiscovery(frozenset({A}))
+    watch = ReplicaWatch({"up": scripted, "fixed": StaticReplicas([B])},
+                         [lambda u, r: told.append((u, r)), lambda u, r: told.append((u.upper(), r))])
+    assert watch.ready("up") is None
+    await watch.start()
+    assert sorted(told) == sorted([("up", frozenset({A})), ("UP", frozenset({A})),
+                                   ("fixed", frozenset({B})), ("FIXED", frozenset({B}))])
+    assert watch.without_replicas() == []
+    scripted.tell(frozenset())
+    assert watch.without_replicas() == ["up"] and watch.ready("up") == frozenset()
+    await watch.close()
+    assert scripted.closed
+
+
+async def test_readyz_names_an_upstream_without_a_ready_replica_and_stays_ready() -> None:
+    class Status:
+        def report(self) -> object:
+            raise AssertionError("not asked")
+
+    app = ops_app(lambda: (b"text/plain", b""), lambda: True, Status(), lambda: ["reasoning"])  # type: ignore[arg-type]
+    async with AsyncTestClient(app) as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.text == "ready\nupstream reasoning: no ready replica\n"
+    draining = ops_app(lambda: (b"text/plain", b""), lambda: False, Status(), lambda: ["reasoning"])  # type: ignore[arg-type]
+    async with AsyncTestClient(draining) as client:
+        assert (await client.get("/readyz")).status_code == 503
+    await asyncio.sleep(0)
