@@ -12,6 +12,10 @@ read, a small task waits on `receive()` and cancels the handler's task; the
 middleware absorbs that cancellation and records a 499. A client that stops reading
 is dropped below the app (`http_guard`, `client_write_timeout_seconds`), which the app
 sees as a hang-up; `note_stalled` marks the request so its record says `client_stalled`.
+
+At its end a request leaves no reference cycle: the middleware takes the `Call` out of
+the scope's state and the `Call` drops the server's `receive`, the task and the body, so
+the request's objects are freed at once (the ceiling's stack leaves none either).
 """
 
 from __future__ import annotations
@@ -131,6 +135,15 @@ class Call:
         self._task.uncancel()
         return True
 
+    def forget(self, scope: Any) -> None:
+        """Drop what ties the request's objects into cycles (the scope's state holds the `Call`,
+        the `Call` the server's `receive`, which holds the scope, and the request's task), so
+        they are freed when the request ends, not by the cyclic GC much later."""
+        state = scope.get("state")
+        if state is not None and state.get(_KEY) is self:
+            del state[_KEY]
+        self._receive = self._task = self._watcher = self.body = self.door = None
+
     def close_record(self) -> RequestRecord:
         record = self.record
         if self.gone and not self.started:
@@ -214,6 +227,7 @@ class EdgeMiddleware:
                 call.gone = True
                 record.error_kind = CLIENT_STALLED
             self._observer.request_finished(call.close_record(), handle)
+            call.forget(scope)  # no reference cycle left for the cyclic GC (module doc)
 
 
 async def read_body(request: Request[Any, Any, Any], timeout: float | None) -> bytes:

@@ -162,6 +162,8 @@ async def _frames(
                         item = task.result()
                     except StopAsyncIteration:
                         break
+                    finally:  # the finished task (its StopAsyncIteration's traceback holds this frame)
+                        task = done = None  # type: ignore[assignment]
                 if type(item) is QueuePosition:
                     if not admitted:
                         started = True
