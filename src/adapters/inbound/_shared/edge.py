@@ -75,9 +75,9 @@ class Call:
         self.stalled = False  # dropped for not reading its answer (`note_stalled`)
         self.started = False
         self.body: Closable | None = None  # a streaming body, closed by the middleware
-        # Who the request is for: the auth guard replaces it when keys are required.
+        # Who the request is for: the edge checks replace it when keys are required.
         self.identity: Identity = ANONYMOUS_IDENTITY
-        self.door: Door | None = None  # the consumer slot the guard took, released at the end
+        self.door: Door | None = None  # the consumer slot the edge checks took, released at the end
         # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         incoming: bytes | None = None
@@ -222,7 +222,7 @@ class EdgeMiddleware:
                     await body.aclose()  # Litestar does not close it; its `finally` frees the slot now
             finally:
                 if door is not None:
-                    await door.release()  # the consumer's slot, taken by the edge guard
+                    await door.release()  # the consumer's slot, taken by the edge checks
             if call.stalled:  # dropped below the app: to the app it was a hang-up
                 call.gone = True
                 record.error_kind = CLIENT_STALLED
