@@ -71,13 +71,14 @@ def _no_lease_watch() -> None:
 
 
 def _no_read_timeout() -> None:
-    """An `asyncio.timeout` object around every upstream body read."""
-    from adapters.outbound.openai_compat.client import OpenAICompatClient
+    """The bound on every upstream body read (an `asyncio.timeout` per read before issue 21,
+    one lazy timer per response since: `BodyReader`)."""
+    from adapters.outbound.openai_compat.body_reader import BodyReader
 
-    async def read(self: Any, resp: Any) -> bytes:
-        return await resp.content.readany()  # type: ignore[no-any-return]
+    async def read(self: Any) -> bytes:
+        return await self._resp.content.readany()  # type: ignore[no-any-return]
 
-    OpenAICompatClient._read = read  # type: ignore[method-assign]
+    BodyReader.read = read  # type: ignore[method-assign]
 
 
 def _no_body_timeout() -> None:

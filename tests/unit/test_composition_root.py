@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from dependency_injector import providers
-from litestar import Request, Router
+from litestar import Router
 from litestar.testing import AsyncTestClient
 
 import bootstrap
@@ -76,13 +76,18 @@ class FakeUpstreamClient:
 
 
 def counted(dialect: DialectRouter, seen: Counter[str]) -> DialectRouter:
-    """The dialect's Router inside one whose `before_request` hook counts each request."""
+    """The dialect's Router inside one whose middleware counts each request (a middleware, not a
+    `before_request` hook: Litestar runs only the closest layer's hook, the dialect Router's own)."""
 
-    def count(request: Request[Any, Any, Any]) -> None:
-        seen[f"{request.method} {request.url.path}"] += 1
+    def count(app: Any) -> Any:
+        async def counting(scope: Any, receive: Any, send: Any) -> None:
+            seen[f"{scope['method']} {scope['path']}"] += 1
+            await app(scope, receive, send)
+
+        return counting
 
     def router(context: EdgeContext) -> Router:
-        return Router(path="/", route_handlers=[dialect(context)], before_request=count)
+        return Router(path="/", route_handlers=[dialect(context)], middleware=[count])
 
     return router
 

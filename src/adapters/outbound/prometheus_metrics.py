@@ -31,6 +31,7 @@ from domain.errors import OVERLOAD_KINDS
 from domain.records import RequestRecord
 from ports.admission import AdmissionGate
 
+_MAX_CONSUMER_CHILDREN = 4096  # cached consumer metric children (a cache: labels() stays the truth)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -165,6 +166,9 @@ class PrometheusMetrics:
         self._endpoints: EndpointMetrics | None = None
         if replica_upstreams:
             self._endpoints = EndpointMetrics(gate, replica_upstreams, r, self._page)
+        # (consumer, surface, status) -> the consumer's request counter and its two token
+        # counters: consumers come from the keys file (bounded); cleared past _MAX_CONSUMER_CHILDREN.
+        self._consumer_children: dict[tuple[str, str, int], tuple[Any, Any, Any]] = {}
 
     def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
         return None
@@ -212,11 +216,20 @@ class PrometheusMetrics:
             self._upstream_errors.labels(upstream, record.error_kind).inc()
 
     def _consumer_finished(self, record: RequestRecord, consumer: str) -> None:
-        self._consumer_requests.labels(consumer, record.surface, str(record.status)).inc()
+        key = (consumer, record.surface, record.status)
+        children = self._consumer_children.get(key)
+        if children is None:
+            if len(self._consumer_children) >= _MAX_CONSUMER_CHILDREN:  # keys files change: stay bounded
+                self._consumer_children.clear()
+            children = self._consumer_children[key] = (
+                self._consumer_requests.labels(consumer, record.surface, str(record.status)),
+                self._consumer_tokens.labels(consumer, "prompt"), self._consumer_tokens.labels(consumer, "completion"))
+        requests, prompt, completion = children
+        requests.inc()
         if record.input_tokens:
-            self._consumer_tokens.labels(consumer, "prompt").inc(record.input_tokens)
+            prompt.inc(record.input_tokens)
         if record.output_tokens:
-            self._consumer_tokens.labels(consumer, "completion").inc(record.output_tokens)
+            completion.inc(record.output_tokens)
         if record.rate_limit is not None:
             self._rate_limited.labels(consumer, record.rate_limit).inc()
 

@@ -1,5 +1,5 @@
-"""API keys at the edge: what the edge guard of every dialect Router checks when keys are
-required (`dialect._edge_guard`).
+"""API keys at the edge: what the edge checks of every dialect Router verify when keys are
+required (`dialect._edge_checks`).
 
 A key comes as `Authorization: Bearer <key>` (OpenAI clients) or `x-api-key: <key>`
 (Anthropic clients); both are accepted on every surface, and two different keys in one

@@ -18,7 +18,7 @@ from typing import Any
 
 from litestar import Request, Response, Router, route
 from litestar.enums import HttpMethod
-from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
+from litestar.handlers import HTTPRouteHandler
 
 from adapters.inbound._shared.auth import identify
 from adapters.inbound._shared.edge import EdgeMiddleware, call_of
@@ -62,30 +62,31 @@ METERED = {_METERED: True}
 _METHODS = {HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH, HttpMethod.DELETE}
 
 
-def _edge_guard(
+def _edge_checks(
     limit: int, store: CredentialStore | None, service: ChatService
-) -> Callable[[Any, BaseRouteHandler], Awaitable[None]]:
+) -> Callable[[Request[Any, Any, Any]], Awaitable[None]]:
     """The head's size, then the key, then (metered handlers) the consumer's request count and
     slot: before the body is read, before anything else can refuse.
 
-    One guard for all, and `async`: Litestar copies the route handler for every guard it
-    runs, and runs a plain-function guard in a worker thread, per request. The slot is held
-    on the request's `Call` and released by the edge middleware when the request ends.
+    The Router's `before_request` hook (Litestar runs it right before the handler, inside
+    the route's exception handling, so a refusal is rendered in the dialect's shape), not
+    a guard: Litestar copies the route handler for every guard call, per request. The slot
+    is held on the request's `Call` and released by the edge middleware when the request ends.
     """
 
-    async def guard(connection: Any, handler: BaseRouteHandler) -> None:
-        call = call_of(connection)
+    async def check(request: Request[Any, Any, Any]) -> None:
+        call = call_of(request)
         size = call.header_bytes
         if limit and size > limit:
             raise HeadersTooLarge(
                 f"The request target and headers are {size} bytes; this gateway accepts at most {limit}."
             )
         if store is not None:
-            identify(call, connection.scope["headers"], store)
-            if handler.opt.get(_METERED):
+            identify(call, request.scope["headers"], store)
+            if request.route_handler.opt.get(_METERED):
                 call.door = await service.admit(call.identity.consumer, call.record)
 
-    return guard
+    return check
 
 
 def _not_allowed(methods: list[HttpMethod], path: str) -> HTTPRouteHandler:
@@ -123,7 +124,7 @@ def dialect_router(
     limit = context.limits.max_header_bytes
     observer = context.observer
     store = context.credentials
-    guards = [_edge_guard(limit, store, context.service)] if limit or store is not None else []
+    checks = _edge_checks(limit, store, context.service) if limit or store is not None else None
 
     def edge(app: Any) -> EdgeMiddleware:  # a function: Litestar deep-copies the Router, not closures
         return EdgeMiddleware(app, surface, observer)
@@ -132,7 +133,7 @@ def dialect_router(
         path=path,
         route_handlers=[*handlers, *refusals, *([_no_such_route()] if unknown_paths else [])],
         middleware=[edge],
-        guards=guards,
+        before_request=checks,
         exception_handlers={Exception: exception_handler(errors)},
         request_max_body_size=context.max_body_bytes,
         tags=[surface],  # the OpenAPI document groups each dialect's operations

@@ -12,6 +12,10 @@ read, a small task waits on `receive()` and cancels the handler's task; the
 middleware absorbs that cancellation and records a 499. A client that stops reading
 is dropped below the app (`http_guard`, `client_write_timeout_seconds`), which the app
 sees as a hang-up; `note_stalled` marks the request so its record says `client_stalled`.
+
+At its end a request leaves no reference cycle: the middleware takes the `Call` out of
+the scope's state and the `Call` drops the server's `receive`, the task and the body, so
+the request's objects are freed at once (the ceiling's stack leaves none either).
 """
 
 from __future__ import annotations
@@ -71,9 +75,9 @@ class Call:
         self.stalled = False  # dropped for not reading its answer (`note_stalled`)
         self.started = False
         self.body: Closable | None = None  # a streaming body, closed by the middleware
-        # Who the request is for: the auth guard replaces it when keys are required.
+        # Who the request is for: the edge checks replace it when keys are required.
         self.identity: Identity = ANONYMOUS_IDENTITY
-        self.door: Door | None = None  # the consumer slot the guard took, released at the end
+        self.door: Door | None = None  # the consumer slot the edge checks took, released at the end
         # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         incoming: bytes | None = None
@@ -130,6 +134,15 @@ class Call:
         self._cancelled = False
         self._task.uncancel()
         return True
+
+    def forget(self, scope: Any) -> None:
+        """Drop what ties the request's objects into cycles (the scope's state holds the `Call`,
+        the `Call` the server's `receive`, which holds the scope, and the request's task), so
+        they are freed when the request ends, not by the cyclic GC much later."""
+        state = scope.get("state")
+        if state is not None and state.get(_KEY) is self:
+            del state[_KEY]
+        self._receive = self._task = self._watcher = self.body = self.door = None
 
     def close_record(self) -> RequestRecord:
         record = self.record
@@ -209,11 +222,12 @@ class EdgeMiddleware:
                     await body.aclose()  # Litestar does not close it; its `finally` frees the slot now
             finally:
                 if door is not None:
-                    await door.release()  # the consumer's slot, taken by the edge guard
+                    await door.release()  # the consumer's slot, taken by the edge checks
             if call.stalled:  # dropped below the app: to the app it was a hang-up
                 call.gone = True
                 record.error_kind = CLIENT_STALLED
             self._observer.request_finished(call.close_record(), handle)
+            call.forget(scope)  # no reference cycle left for the cyclic GC (module doc)
 
 
 async def read_body(request: Request[Any, Any, Any], timeout: float | None) -> bytes:

@@ -157,28 +157,45 @@ async def _frames(
 
     Until the first item is yielded, a failure is raised (the response has not started);
     after, it ends the stream with an error frame and `[DONE]`.
+
+    Once the answer is finished and its usage came (only the upstream's `[DONE]` may
+    follow, which vLLM writes with them), that read's frames wait for the next batch or
+    the end, so the last frames and `[DONE]` go out in one send; anything the upstream
+    still sends is handled as before.
     """
-    started = False
+    started = False  # an item was yielded: the response has begun
+    first = True
+    held: bytes | None = None  # the frames of the read that finished the answer, sent with what follows
     try:
         async for batch in batches:
             if type(batch) is not list:  # report_queue=False: never a position
                 continue
-            if not started:
+            if first:
+                first = False
                 _raise_early_failure(batch[0])  # nothing sent yet: the failure gets its own status
                 call.record.first_token_seconds = call.elapsed()
             data = b"".join([writer.feed(chunk) for chunk in batch])
+            if held is not None:
+                data, held = held + data, None
             if writer.error is not None:
                 call.record.error_kind = writer.error.kind
+                started = True
                 yield data
                 return
+            if writer.usage is not None and writer.finish_reason is not None:
+                held = data
+                continue
             if data or not started:
                 started = True
                 yield data
-        yield writer.finish()  # an upstream that answered nothing still gets a valid stream
+        data = writer.finish()  # an upstream that answered nothing still gets a valid stream
+        started = True
+        yield data if held is None else held + data
     except Exception as error:
-        if not started:
+        if held is None and not started:
             raise
-        yield stream_failure(error, renderer, request)
+        failure = stream_failure(error, renderer, request)
+        yield failure if held is None else held + failure
     finally:
         await batches.aclose()  # type: ignore[attr-defined]
         _record_usage(call, writer)

@@ -10,7 +10,6 @@ arrives, so `close()` only arms a close for `_DONE_GRACE` later (a no-op by then
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import aiohttp
@@ -21,9 +20,16 @@ from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, Up
 from .sse_decoder import SseDecoder, SseOverflow
 from .stream_mapping import Phase, StreamMapper
 
-# The body's next bytes (b"" at its end), each wait bounded; raises UpstreamTimeout / UpstreamError.
-Reader = Callable[[aiohttp.ClientResponse], Awaitable[bytes]]
 _DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the connection is closed
+
+
+class Reader(Protocol):
+    """The body's reads (`BodyReader`): `read()` gives the next bytes (b"" at its end), each wait
+    bounded, and raises UpstreamTimeout / UpstreamError; `close()` when the response is done."""
+
+    async def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
 
 
 class Mapper(Protocol):
@@ -46,11 +52,11 @@ class ChunkStream:
     `[DONE]`. Mid-stream failures become a final `StreamError` chunk, never an exception:
     the client has already had its 200."""
 
-    __slots__ = ("_decoder", "_eof", "_mapper", "_read", "_resp")
+    __slots__ = ("_decoder", "_eof", "_mapper", "_reader", "_resp")
 
-    def __init__(self, resp: aiohttp.ClientResponse, read: Reader, mapper: Mapper | None = None) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, reader: Reader, mapper: Mapper | None = None) -> None:
         self._resp = resp
-        self._read = read
+        self._reader = reader
         self._decoder = SseDecoder()
         self._mapper: Mapper = mapper or StreamMapper()
         self._eof = False
@@ -68,6 +74,7 @@ class ChunkStream:
     def close(self) -> None:
         """Close the response (its connection, so the upstream aborts) unless the body
         ended; after `[DONE]`, only once the grace period is over (see the module doc)."""
+        self._reader.close()
         resp = self._resp
         if self._mapper.phase is Phase.DONE and not resp.content.is_eof():
             asyncio.get_running_loop().call_later(_DONE_GRACE, resp.close)
@@ -79,7 +86,7 @@ class ChunkStream:
         mapper = self._mapper
         batch: ChunkBatch = []
         try:
-            data = await self._read(self._resp)
+            data = await self._reader.read()
         except (UpstreamTimeout, UpstreamError) as exc:
             return self._end(batch, mapper.fail(exc))
         if not data:

@@ -9,7 +9,7 @@ Three timeouts, because the wait for headers and the gaps between body reads nee
 different bounds (a non-streaming answer sends its headers only when generation is
 done): `connect_timeout` bounds DNS, TCP and TLS connect (aiohttp's `connect` and
 `sock_connect`), `first_byte_timeout` the wait for the response headers, `idle_timeout`
-every single wait for more of the body.
+every single wait for more of the body (one lazy timer per response: `body_reader.py`).
 
 Any exit before a response body's end closes the response, so its connection is
 closed instead of returned to the pool: that is how vLLM learns the client went away
@@ -52,6 +52,7 @@ from domain.replicas import endpoint_of
 from domain.upstream_failures import FailureKind
 from ports.telemetry import AttributeValue, Span
 
+from .body_reader import BodyReader
 from .chunk_stream import ChunkStream, Mapper
 from .completion_body import encode_completion, encode_embeddings
 from .completion_mapping import TextStreamMapper, completion_from_body, embeddings_from_body
@@ -238,7 +239,7 @@ class OpenAICompatClient:
         try:
             try:
                 resp = await self._post(session, url, body, headers)
-                stream = ChunkStream(resp, self._read, mapper)
+                stream = ChunkStream(resp, BodyReader(resp, self._idle, self.name), mapper)
                 try:
                     await self._check_status(resp)
                     if resp.content_type != "text/event-stream":
@@ -333,27 +334,15 @@ class OpenAICompatClient:
         )
 
     async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
-        """The whole body, with `idle_timeout` bounding each wait for more."""
-        parts = []
-        while data := await self._read(resp):
-            parts.append(data)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
-        """What arrived of the body since the last read (b"" at its end); failures as domain errors."""
+        """The whole body, with `idle_timeout` bounding each wait for more (`BodyReader`)."""
+        reader = BodyReader(resp, self._idle, self.name)
         try:
-            async with asyncio.timeout(self._idle):
-                return await resp.content.readany()
-        except TimeoutError as exc:
-            raise UpstreamTimeout(
-                f"upstream '{self.name}' sent nothing for {self._idle:g}s", failure=FailureKind.AFTER_HEAD
-            ) from exc
-        except aiohttp.ClientError as exc:
-            # e.g. "ContentLengthError ... ConnectionResetError(104, ...)": logged, never shown.
-            log.warning("upstream %s connection failed mid-answer: %r", self.name, exc)
-            raise UpstreamError(
-                f"upstream '{self.name}' connection failed mid-answer", failure=FailureKind.AFTER_HEAD
-            ) from exc
+            parts = []
+            while data := await reader.read():
+                parts.append(data)
+        finally:
+            reader.close()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def _check_status(self, resp: aiohttp.ClientResponse) -> None:
         """Raise the domain error for a non-2xx answer (the body carries the message)."""

@@ -18,8 +18,13 @@ from domain.canonical import Usage
 MAX_MESSAGE = 500  # characters of an upstream's error message a client may see
 
 
-class View(Struct, kw_only=True):
-    """Base of every view: keyword-only, all fields optional with defaults."""
+class View(Struct, kw_only=True, gc=False):
+    """Base of every view: keyword-only, all fields optional with defaults.
+
+    `gc=False` (msgspec's documented option, inherited): a view is decoded from JSON, a
+    tree that never holds a reference cycle, so the cyclic GC need not track the views
+    decoded per stream frame.
+    """
 
 
 class PromptTokensDetails(View):

@@ -1,0 +1,75 @@
+"""One response body's reads, every wait for more bounded by `idle_timeout`, with one timer.
+
+An `asyncio.timeout` around each read costs an object, a timer and the task's cancel
+machinery per read: per token of a stream. Instead each read only notes when it began,
+and one loop timer per response fires once per `idle_timeout`: if a read is pending and
+began at least `idle_timeout` ago, the response is closed (`ClientResponse.close()`),
+which fails the pending read, reported as `UpstreamTimeout`; otherwise the timer is set
+again for the pending read's deadline, or dropped until the next read while none is
+pending (a consumer busy elsewhere is not an idle upstream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+
+from domain.errors import UpstreamError, UpstreamTimeout
+from domain.upstream_failures import FailureKind
+
+log = logging.getLogger("gateway.upstream")
+
+
+class BodyReader:
+    """Reads one response's body; `close()` when done with it (drops the timer)."""
+
+    __slots__ = ("_handle", "_idle", "_loop", "_name", "_reading", "_resp", "_since", "expired")
+
+    def __init__(self, resp: aiohttp.ClientResponse, idle: float, name: str) -> None:
+        self._resp = resp
+        self._idle = idle
+        self._name = name  # the upstream's, for messages
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
+        self._reading = False
+        self._since = 0.0
+        self.expired = False
+
+    async def read(self) -> bytes:
+        """What arrived of the body since the last read (b"" at its end); failures as domain errors."""
+        self._since = since = self._loop.time()
+        if self._handle is None:
+            self._handle = self._loop.call_at(since + self._idle, self._check)
+        self._reading = True
+        try:
+            return await self._resp.content.readany()
+        except aiohttp.ClientError as exc:
+            if self.expired:
+                raise UpstreamTimeout(
+                    f"upstream '{self._name}' sent nothing for {self._idle:g}s", failure=FailureKind.AFTER_HEAD
+                ) from exc
+            # e.g. "ContentLengthError ... ConnectionResetError(104, ...)": logged, never shown.
+            log.warning("upstream %s connection failed mid-answer: %r", self._name, exc)
+            raise UpstreamError(
+                f"upstream '{self._name}' connection failed mid-answer", failure=FailureKind.AFTER_HEAD
+            ) from exc
+        finally:
+            self._reading = False
+
+    def _check(self) -> None:
+        self._handle = None
+        if not self._reading:
+            return  # the next read sets the timer again
+        due = self._since + self._idle
+        if self._loop.time() < due:
+            self._handle = self._loop.call_at(due, self._check)
+            return
+        self.expired = True
+        self._resp.close()  # fails the pending read (aiohttp: "Connection closed")
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.cancel()
