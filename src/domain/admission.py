@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 import msgspec
@@ -211,6 +211,42 @@ class SlotLedger:
         self._promote(now)
         return self.granted()
 
+    def set_ejected(self, addresses: Iterable[str], now: float) -> list[int]:
+        """The replicas ejected now (`domain.ejection`; the whole set): they get no new request
+        and their slots leave the live cap. Returns the queued tickets admitted because
+        capacity came back (a replica returned)."""
+        if self.replicas is None:
+            raise ValueError("this ledger has no replicas")
+        self.replicas.set_ejected(addresses)
+        self._promote(now)
+        return self.granted()
+
+    def set_saturated(self, addresses: Iterable[str], now: float) -> list[int]:
+        """The replicas whose own metrics say they have no room now (`domain.load_reports`;
+        the whole set): no new request for them. Returns the queued tickets admitted because
+        one has room again."""
+        if self.replicas is None:
+            raise ValueError("this ledger has no replicas")
+        self.replicas.set_saturated(addresses)
+        self._promote(now)
+        return self.granted()
+
+    def move(self, ticket: int, now: float) -> tuple[str | None, list[int]]:
+        """The one safe retry: an admitted ticket's slots move to another eligible replica with
+        room, in one step (the upstream's count never changes, no replica goes over its
+        limit). Returns (the new replica or None when no other has room: nothing changed,
+        the queued tickets admitted on the room the move left)."""
+        started, slots, replica = self._admitted[ticket]
+        if replica is None or self.replicas is None:
+            return None, []
+        target = self.replicas.move(replica, slots)
+        if target is None:
+            return None, []
+        self._admitted[ticket] = (started, slots, target)
+        if self._queue:
+            self._promote(now)
+        return target, self.granted()
+
     def granted(self) -> list[int]:
         """Queued tickets admitted since the last call (by any operation), in dispatch order."""
         out, self._granted = self._granted, []
@@ -251,9 +287,16 @@ class SlotLedger:
     def queued_of(self, consumer: str) -> int:
         return self._by_consumer.get(consumer, 0)
 
-    def arrive(self, now: float, consumer: Consumer = ANONYMOUS, slots: int = 1) -> Decision:
+    def arrive(
+        self, now: float, consumer: Consumer = ANONYMOUS, slots: int = 1,
+        prefer: Sequence[str] = (), max_extra: int = 0,
+    ) -> Decision:
         """Admit, queue or reject a request taking `slots`; raises `TooManySequences` (and
-        issues no ticket) when `slots` is above the cap or the replica limit."""
+        issues no ticket) when `slots` is above the cap or the replica limit.
+
+        `prefer`/`max_extra`: affinity (`domain.replicas.pick`), for a request admitted at
+        arrival; one admitted later from the queue goes to the least loaded (the replica it
+        preferred may well have filled meanwhile, and the queue keeps no per-ticket wishes)."""
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
             raise ValueError(f"slots must be an integer >= 1, got {slots!r}")
         self.check(slots)
@@ -267,7 +310,7 @@ class SlotLedger:
             self._lapse(now)
             if self._queue:
                 self._promote(now)  # a head that lapsed may have let the next ones in
-        if not self._queue and self._admit(ticket, slots, now):
+        if not self._queue and self._admit(ticket, slots, now, prefer, max_extra):
             return Decision(Outcome.ADMITTED, ticket)
         name, share = consumer.name, policy.max_queued_per_consumer
         if len(self._queue) >= policy.queue_depth or (share is not None and self.queued_of(name) >= share):
@@ -288,7 +331,7 @@ class SlotLedger:
             fair.push(ticket, name, priority, consumer.weight)
             # placed ahead of a head that does not fit (a k-request, or no replica with
             # room for it), a newcomer that fits is the head now: it goes in at once
-            if fair.peek() == ticket and self._admit(ticket, slots, now):
+            if fair.peek() == ticket and self._admit(ticket, slots, now, prefer, max_extra):
                 fair.pop()
                 del self._queue[ticket]
                 self._forget(ticket)
@@ -394,13 +437,15 @@ class SlotLedger:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _admit(self, ticket: int, slots: int, now: float) -> bool:
+    def _admit(
+        self, ticket: int, slots: int, now: float, prefer: Sequence[str] = (), max_extra: int = 0,
+    ) -> bool:
         """Take `slots` for `ticket` (and bind a replica) if they fit now; False if not."""
         if self._used + slots > self.live_cap():
             return False
         replica = None
         if self.replicas is not None:
-            replica = self.replicas.take(slots)
+            replica = self.replicas.take(slots, prefer, max_extra)
             if replica is None:
                 return False
         self._admitted[ticket] = (now, slots, replica)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -42,6 +42,15 @@ class SlotLease(Protocol):
 
     async def release(self) -> None: ...
 
+    async def move(self) -> str | None:
+        """The one safe retry (`domain.upstream_failures.safe_to_retry`): move this lease's slots
+        to another eligible replica with room, atomically (the upstream's count never changes,
+        no replica goes over its limit, the cap is never exceeded), and return it (`replica`
+        names it from then on); None, and nothing changes, when no other replica has room or
+        the upstream has no replicas. Raises `AdmissionUnavailable` when the shared backend
+        cannot be reached (nothing changed)."""
+        ...
+
 
 class QueueTicket(Protocol):
     """A request waiting in an upstream's queue (arrival order, or fair order: see
@@ -77,6 +86,7 @@ class AdmissionGate(Protocol):
 
     async def enter(
         self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1,
+        prefer: Sequence[str] = (), max_extra: int = 0,
     ) -> SlotLease | QueueTicket:
         """Take `slots` (k) slots now, or a place in the queue (placed by `consumer`'s
         priority and weight under `fairness = "fair"`; `QueueFull` also when the consumer
@@ -85,7 +95,10 @@ class AdmissionGate(Protocol):
         All k at once or none: a queued k-request waits in its place until k are free
         (head-of-line: later requests never overtake it). With replicas, the request is
         bound to one ready replica with k free (`domain.replicas.pick`), atomically with
-        the slots; `SlotLease.replica` names it.
+        the slots; `SlotLease.replica` names it. `prefer` (affinity, best first) and
+        `max_extra`: a request admitted at once goes to the first preferred replica with
+        room whose in flight is within `max_extra` of the least loaded (`domain.replicas.pick`);
+        one admitted later from the queue goes to the least loaded.
 
         Raises `TooManySequences` when k is above the upstream's cap (admission
         `max_in_flight`) or above one replica's `[endpoints] max_in_flight` (it could
@@ -100,6 +113,19 @@ class AdmissionGate(Protocol):
         replicas; KeyError for another). New ones get requests; missing ones drain (their
         requests finish, they get no new one, forgotten at 0; one that returns keeps its
         counts). Queued requests are admitted at once when capacity appears."""
+        ...
+
+    def set_ejected(self, upstream: str, ejected: Iterable[str]) -> None:
+        """The replicas this process's outlier detection has ejected now (the whole set; KeyError
+        for an upstream without replicas): no new request, their slots leave the live cap
+        until they return (`domain.ejection`). Queued requests are admitted at once when
+        capacity comes back."""
+        ...
+
+    def set_saturated(self, upstream: str, saturated: Iterable[str]) -> None:
+        """The replicas whose own metrics say they have no room now (the whole set; KeyError for
+        an upstream without replicas; `domain.load_reports`): no new request for them; their
+        slots stay in the cap."""
         ...
 
     def replicas(self, upstream: str) -> list[Replica]:

@@ -18,7 +18,7 @@ every lease is bound to the replica picked with its slots (`lease.replica`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from adapters.outbound.idle_signal import IdleSignal
 from domain.admission import AdmissionPolicy, Cancel, Outcome, SlotLedger
@@ -77,6 +77,14 @@ class _Lease:
         if not self._released:
             self._released = True
             self._gate._release(self._up, self._ticket, self.slots)
+
+    async def move(self) -> str | None:
+        if self._released or self.replica is None:
+            return None
+        target = self._gate._move(self._up, self._ticket)
+        if target is not None:
+            self.replica = target
+        return target
 
 
 class _Ticket:
@@ -197,13 +205,17 @@ class InMemoryAdmissionGate:
         self._draining = False
         self._idle = IdleSignal(self._is_idle)
 
-    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1) -> _Lease | _Ticket:
+    async def enter(
+        self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1,
+        prefer: Sequence[str] = (), max_extra: int = 0,
+    ) -> _Lease | _Ticket:
         """A lease, or a queue ticket; KeyError for an upstream not configured.
 
         `consumer` places the ticket under `fairness = "fair"` and counts toward
         `max_queued_per_consumer`; `fifo` orders by arrival whoever it is. `slots` (k):
         the sequence slots the request takes; `TooManySequences` when k is above the cap
-        (or one replica's limit): it could never be admitted."""
+        (or one replica's limit): it could never be admitted. `prefer`/`max_extra`: affinity
+        for a request admitted at once (`domain.replicas.pick`)."""
         up = self._ups[upstream]
         ledger = up.ledger
         if ledger is None:
@@ -216,7 +228,7 @@ class InMemoryAdmissionGate:
         now = self._clock.now()
         if ledger.queued:
             self._expire(up, now)
-        decision = ledger.arrive(now, consumer, slots)
+        decision = ledger.arrive(now, consumer, slots, prefer, max_extra)
         self._wake_granted(up)
         outcome = decision.outcome
         if outcome is Outcome.ADMITTED:
@@ -272,6 +284,17 @@ class InMemoryAdmissionGate:
             if granted is not None:
                 granted._nudge()
 
+    def set_ejected(self, upstream: str, ejected: Iterable[str]) -> None:
+        """The replicas ejected now: no new request, their slots leave the live cap; queued
+        requests that fit when one returns are admitted at once."""
+        up, ledger = self._replicated(upstream)
+        self._nudge_all(up, ledger.set_ejected(ejected, self._clock.now()))
+
+    def set_saturated(self, upstream: str, saturated: Iterable[str]) -> None:
+        """The replicas whose own metrics say they are full: no new request for them."""
+        up, ledger = self._replicated(upstream)
+        self._nudge_all(up, ledger.set_saturated(saturated, self._clock.now()))
+
     def replicas(self, upstream: str) -> list[Replica]:
         """The upstream's replicas now (ready and draining); [] without replicas."""
         ledger = self._ups[upstream].ledger
@@ -303,6 +326,27 @@ class InMemoryAdmissionGate:
         return await self._idle.wait(timeout)
 
     # -- internals ---------------------------------------------------------------------
+
+    def _replicated(self, upstream: str) -> tuple[_Upstream, SlotLedger]:
+        up = self._ups[upstream]
+        ledger = up.ledger
+        if ledger is None or ledger.replicas is None:
+            raise KeyError(f"upstream {upstream!r} has no replicas")
+        self._expire(up, self._clock.now())
+        return up, ledger
+
+    def _nudge_all(self, up: _Upstream, granted: list[int]) -> None:
+        for tid in granted:
+            ticket = up.waiters.pop(tid, None)
+            if ticket is not None:
+                ticket._nudge()
+
+    def _move(self, up: _Upstream, ticket: int) -> str | None:
+        ledger = up.ledger
+        assert ledger is not None
+        target, granted = ledger.move(ticket, self._clock.now())
+        self._nudge_all(up, granted)
+        return target
 
     def _release(self, up: _Upstream, ticket: int, slots: int = 1) -> None:
         ledger = up.ledger

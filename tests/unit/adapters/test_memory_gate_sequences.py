@@ -152,3 +152,25 @@ def test_replica_limits_for_an_unknown_or_uncapped_upstream_are_refused() -> Non
         gate(limits={"nope": 2})
     with pytest.raises(ValueError, match="no admission policy"):
         gate(limits={"free": 2})
+
+
+async def test_ejected_saturated_affinity_and_the_move_through_the_gate() -> None:
+    g = gate(cap=4, limits={"up": 2})
+    g.set_replicas("up", [A, B])
+    g.set_ejected("up", [B])
+    first = await g.enter("up", prefer=[B])
+    assert not first.queued and first.replica == A  # B is ejected: the preference cannot win
+    assert [r.state for r in g.replicas("up")] == [ReplicaState.READY, ReplicaState.EJECTED]
+    await g.enter("up")
+    waiting = await g.enter("up")
+    assert waiting.queued  # the live cap is A's 2
+    g.set_ejected("up", [])
+    granted = await waiting.wait(1.0)
+    assert granted is not None and granted.replica == B
+    g.set_saturated("up", [B])
+    assert await first.move() is None  # B has room but says it is full
+    g.set_saturated("up", [])
+    assert await first.move() == B and first.replica == B
+    assert {r.address: r.in_flight for r in g.replicas("up")} == {A: 1, B: 2}
+    await first.release()
+    assert await first.move() is None  # released: nothing to move
