@@ -8,7 +8,7 @@ and in docs/redis-ledger.md; the plumbing lives in `ledger.py`, the loops in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from adapters.outbound.redis_gate import background, scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN, prepare
@@ -25,7 +25,8 @@ class RedisAdmissionGate(LedgerCore):
     """`ports.admission.AdmissionGate` on Redis: correct across processes and pods.
 
     Same public surface as `InMemoryAdmissionGate` (`enter`, `snapshot`, `upstreams`,
-    `counters`, `drain`, `wait_idle`, `set_replicas`, `replicas`) plus `start`/`close` for
+    `counters`, `drain`, `wait_idle`, `set_replicas`, `set_ejected`, `set_saturated`,
+    `replicas`; `RedisLease.move`) plus `start`/`close` for
     the app lifespan; the constructor (in `LedgerCore`) takes the policies and clock
     first, like it does, and `replica_limits` like it does.
     `on_fenced(reason, lost)` is called when this process finds out its heartbeat lease
@@ -83,7 +84,10 @@ class RedisAdmissionGate(LedgerCore):
 
     async def enter(
         self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1,
+        prefer: Sequence[str] = (), max_extra: int = 0,
     ) -> RedisLease | OpenLease | RedisTicket:
+        """`ports.admission.AdmissionGate.enter`: `prefer`/`max_extra` (affinity) weigh in the
+        enter script's pick of a request admitted at once only."""
         up = self._ups[upstream]
         up.check(slots)  # TooManySequences: never admissible, whatever the shared state
         if self._draining:
@@ -96,7 +100,7 @@ class RedisAdmissionGate(LedgerCore):
         if self._closed:
             raise AdmissionUnavailable(1)
         token = f"{self._tag}.{next(self._tokens)}"
-        task = asyncio.ensure_future(self._enter(up, token, consumer, slots))
+        task = asyncio.ensure_future(self._enter(up, token, consumer, slots, prefer, max_extra))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:  # hung up mid-call: undo whatever the script did
@@ -122,13 +126,25 @@ class RedisAdmissionGate(LedgerCore):
         """This process's discovery view of an upstream's replicas (KeyError for one
         without). Every later script call passes it; a `maintain` call is scheduled at
         once so that queued requests are promoted if the new view makes room."""
-        up = self._ups[upstream]
-        if up.replica_limit is None:
-            raise KeyError(f"upstream {upstream!r} has no replicas")
+        up = self._replicated(upstream)
         up.set_ready(ready)
-        if self._closed or not self._loops:
-            return  # not started yet: the first call carries the view
-        self._spawn(self._wake_replicas(up))
+        self._replicas_changed(up)
+
+    def set_ejected(self, upstream: str, ejected: Iterable[str]) -> None:
+        """The replicas this process's outlier detection has ejected now (the whole set;
+        KeyError for an upstream without replicas): every later script call leaves them out
+        of the eligible view it passes, so they get no new request and their slots leave the
+        live cap, as a draining replica's do (`replicas()` still says EJECTED). A `maintain`
+        call is scheduled at once: queued requests go in when one returns."""
+        self._replicated(upstream).set_health(ejected=ejected)
+        self._replicas_changed(self._ups[upstream])
+
+    def set_saturated(self, upstream: str, saturated: Iterable[str]) -> None:
+        """The replicas whose own metrics say they have no room now (the whole set; KeyError
+        for an upstream without replicas): passed to every later script call as in the cap
+        but never picked. A `maintain` call is scheduled at once, as for `set_replicas`."""
+        self._replicated(upstream).set_health(saturated=saturated)
+        self._replicas_changed(self._ups[upstream])
 
     def replicas(self, upstream: str) -> list[Replica]:
         """This process's ready replicas and every replica still holding slots, with the
@@ -159,13 +175,28 @@ class RedisAdmissionGate(LedgerCore):
 
     # -- enter and its tickets ---------------------------------------------------------
 
+    def _replicated(self, upstream: str) -> Upstream:
+        up = self._ups[upstream]
+        if up.replica_limit is None:
+            raise KeyError(f"upstream {upstream!r} has no replicas")
+        return up
+
+    def _replicas_changed(self, up: Upstream) -> None:
+        """The view changed: promote under it at once (queued requests may fit now)."""
+        if self._closed or not self._loops:
+            return  # not started yet: the first call carries the view
+        self._spawn(self._wake_replicas(up))
+
     async def _wake_replicas(self, up: Upstream) -> None:
         try:
             await self._call(up, "maintain", self._owner)
         except REDIS_DOWN as error:  # the refresher promotes within its interval anyway
             log.warning("redis admission: replica update on %s not applied yet: %s", up.key, error)
 
-    async def _enter(self, up: Upstream, token: str, consumer: Consumer, slots: int) -> RedisLease | RedisTicket:
+    async def _enter(
+        self, up: Upstream, token: str, consumer: Consumer, slots: int,
+        prefer: Sequence[str] = (), max_extra: int = 0,
+    ) -> RedisLease | RedisTicket:
         policy = up.policy
         assert policy is not None
         deadline = self._clock.now() + policy.queue_timeout_seconds
@@ -175,6 +206,7 @@ class RedisAdmissionGate(LedgerCore):
             1 if fair else 0, consumer.name,
             scripts.band(consumer.priority) if fair else "", tag_step(consumer.weight),
             policy.max_queued_per_consumer or 0, scripts.TAGS_GRACE_MS, slots, int(consumer.priority),
+            up.preferred(prefer) if prefer and up.replica_limit is not None else "", max(0, int(max_extra)),
         )
         owner = self._owner
         try:

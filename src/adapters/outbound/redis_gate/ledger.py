@@ -75,8 +75,8 @@ class Upstream:
     """Per-upstream local state: policy, keys, snapshot cache, counters, service time,
     and with replicas the per-replica cap, this process's ready view and the shared counts."""
 
-    __slots__ = ("args", "by_priority", "cache", "counts", "deadlines", "key", "keys", "oldest", "open", "policy",
-                 "ready", "replica_counts", "replica_limit", "service", "stamp")
+    __slots__ = ("args", "by_priority", "cache", "counts", "deadlines", "ejected", "key", "keys", "oldest", "open",
+                 "policy", "ready", "replica_counts", "replica_limit", "saturated", "service", "stamp")
 
     def __init__(self, key: str, policy: AdmissionPolicy | None, prefix: str, replica_limit: int | None = None) -> None:
         if policy is None and replica_limit is not None:
@@ -84,7 +84,10 @@ class Upstream:
         self.key, self.policy, self.replica_limit = key, policy, replica_limit
         self.keys, channel = scripts.upstream_keys(prefix, key)
         self.ready: tuple[str, ...] = ()  # this process's discovery view, sorted
-        # the common ARGV of every script: cap, channel, per-replica cap (0: none), ready view
+        self.ejected: frozenset[str] = frozenset()  # this process's outlier detection, as last told
+        self.saturated: frozenset[str] = frozenset()  # the replicas' own load reports, as last told
+        # the common ARGV of every script: cap, channel, per-replica cap (0: none), eligible
+        # view (`eligible_arg`)
         self.args: list[Any] = [0 if policy is None else policy.max_in_flight, channel, replica_limit or 0, ""]
         self.replica_counts: dict[str, int] = {}  # replica -> slots in flight (all processes), as last read
         self.cache = (0, 0)  # (in_use slots, queued) as last read from Redis
@@ -129,18 +132,48 @@ class Upstream:
             if not address or any(c.isspace() or c == "|" for c in address):
                 raise ValueError(f"a replica address has no spaces and no '|': {address!r}")
         self.ready = addresses
-        self.args[3] = " ".join(addresses)
+        self.args[3] = self.eligible_arg()
+
+    def set_health(self, ejected: Iterable[str] | None = None, saturated: Iterable[str] | None = None) -> None:
+        """This process's ejected and/or saturated replicas (each the whole set, replacing the last)."""
+        if ejected is not None:
+            self.ejected = frozenset(ejected)
+        if saturated is not None:
+            self.saturated = frozenset(saturated)
+        self.args[3] = self.eligible_arg()
+
+    def eligible_arg(self) -> str:
+        """The scripts' ARGV[4]: the ready replicas that are not ejected (they hold the live
+        cap, as a draining replica does not), space-separated and sorted; the saturated ones
+        among them after a lone "|" (in the cap, never picked). "A C | B": A, B, C hold the
+        cap, only A and C may get a request. Without saturated ones, just the list."""
+        eligible = [a for a in self.ready if a not in self.ejected]
+        pickable = " ".join(a for a in eligible if a not in self.saturated)
+        full = " ".join(a for a in eligible if a in self.saturated)
+        return f"{pickable} | {full}" if full else pickable
+
+    def preferred(self, prefer: Iterable[str]) -> str:
+        """The enter script's affinity argument: the preferred replicas of this view, in order
+        (any other could never be picked, and an address with a space would split)."""
+        ready = self.ready
+        return " ".join(a for a in prefer if a in ready)
 
     def view(self) -> list[Replica]:
-        """This process's ready replicas and every replica still holding slots (draining
-        from this view), in address order, with the shared counts as last read."""
+        """This process's ready replicas (ejected ones as EJECTED) and every replica still
+        holding slots (draining from this view), in address order, with the shared counts as
+        last read and this process's saturated flags."""
         limit = self.replica_limit
         if limit is None:
             return []
-        counts, ready = self.replica_counts, set(self.ready)
+        counts, ready, ejected, saturated = self.replica_counts, set(self.ready), self.ejected, self.saturated
+
+        def state(address: str) -> ReplicaState:
+            if address not in ready:
+                return ReplicaState.DRAINING
+            return ReplicaState.EJECTED if address in ejected else ReplicaState.READY
+
         return [
-            Replica(address=a, state=ReplicaState.READY if a in ready else ReplicaState.DRAINING,
-                    in_flight=counts.get(a, 0), limit=limit)
+            Replica(address=a, state=state(a), in_flight=counts.get(a, 0), limit=limit, saturated=a in saturated)
             for a in sorted(ready | {a for a, n in counts.items() if n > 0})
         ]
 

@@ -95,9 +95,19 @@ local F, E, N, VT, TG = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local WANT, BOUND, EXTRA, R, LAST = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local PRI, BYP = KEYS[17], KEYS[18]
 local cap, channel, rlimit, owner = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[5]
-local ready = {}
+-- ARGV[4]: the caller's eligible replicas (ready and not ejected: they hold the live cap),
+-- "<pickable...> | <saturated...>": those after a lone '|' (never an address) are full by
+-- their own metrics: they count in the cap but get no request
+local ready, pickable = {}, {}
 if rlimit > 0 then
-  for a in string.gmatch(ARGV[4], '%S+') do ready[#ready + 1] = a end
+  local saturated = false
+  for a in string.gmatch(ARGV[4], '%S+') do
+    if a == '|' then saturated = true
+    else
+      ready[#ready + 1] = a
+      if not saturated then pickable[#pickable + 1] = a end
+    end
+  end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -122,20 +132,30 @@ local function before(a, b)
   return #a < #b
 end
 
--- domain.replicas.pick: among the ready replicas with k free, the fewest in flight; ties
--- go to the first address after the last one picked (wrapping). '' without replicas,
--- nil when none has room.
-local function pick(k)
+-- domain.replicas.pick: among the pickable replicas (never `avoid`) with k free, the fewest
+-- in flight; ties go to the first address after the last one picked (wrapping). `prefer`
+-- (affinity, best first): the first of them with k free whose in flight is within
+-- `max_extra` of that least wins. '' without replicas, nil when none has room.
+local function pick(k, prefer, max_extra, avoid)
   if rlimit == 0 then return '' end
-  local best, least = {}, nil
-  for _, a in ipairs(ready) do
-    local n = tonumber(redis.call('HGET', R, a)) or 0
-    if rlimit - n >= k then
-      if least == nil or n < least then best, least = {a}, n
-      elseif n == least then best[#best + 1] = a end
+  local best, least, room = {}, nil, {}
+  for _, a in ipairs(pickable) do
+    if a ~= avoid then
+      local n = tonumber(redis.call('HGET', R, a)) or 0
+      if rlimit - n >= k then
+        room[a] = n
+        if least == nil or n < least then best, least = {a}, n
+        elseif n == least then best[#best + 1] = a end
+      end
     end
   end
   if #best == 0 then return nil end
+  if prefer then
+    for _, a in ipairs(prefer) do
+      local n = room[a]
+      if n ~= nil and n <= least + max_extra then return a end
+    end
+  end
   local last = redis.call('GET', LAST)
   local choice, wrap = nil, nil
   for _, a in ipairs(best) do
@@ -146,10 +166,10 @@ local function pick(k)
 end
 
 -- take k slots for a token (bound to the picked replica) if they fit; the replica
--- ('' without replicas), or nil: it does not fit now
-local function take(token, who, k)
+-- ('' without replicas), or nil: it does not fit now. `prefer`/`max_extra`: see `pick`.
+local function take(token, who, k, prefer, max_extra)
   if used() + k > live_cap() then return nil end
-  local addr = pick(k)
+  local addr = pick(k, prefer, max_extra)
   if not addr then return nil end
   redis.call('HSET', S, token, who)
   if k > 1 then redis.call('INCRBY', EXTRA, k - 1) end
@@ -280,7 +300,7 @@ end
 -- arrival order Q (fifo mode: F is empty, so this is exactly the fifo head). Head-of-line:
 -- the first head that does not fit ends the round. A grant is published as the token,
 -- or "<token>|<replica>" when it is bound to a replica.
-local function promote()
+local function promote(newcomer, prefer, max_extra)
   if used() >= live_cap() then return end
   local granted = {}
   while true do
@@ -296,7 +316,8 @@ local function promote()
     end
     local who = redis.call('HGET', W, token)
     if who then
-      local addr = take(token, who, tonumber(redis.call('HGET', WANT, token)) or 1)
+      local wish = token == newcomer and prefer or nil  -- affinity only for the arriving request
+      local addr = take(token, who, tonumber(redis.call('HGET', WANT, token)) or 1, wish, max_extra)
       if not addr then break end
       granted[#granted + 1] = addr == '' and token or (token .. '|' .. addr)
     end
@@ -334,14 +355,19 @@ end
 
 # ARGV (after the common four and the owner): token, depth, timeout_ms, fair ('1'/'0'),
 # consumer, band, step, limit (max_queued_per_consumer, 0 = none), tags_grace_ms, slots (k),
-# the consumer's priority (counted per priority while queued; 0 is the rest of the queue).
-# Idempotent per token, so a retried call (lost reply) reports the token's state instead
-# of queueing it twice. With fair '0', limit 0, k 1 and no replicas (fifo, no per-consumer
-# limit) it writes exactly what it always did.
+# the consumer's priority (counted per priority while queued; 0 is the rest of the queue),
+# prefer (affinity: replicas best first, space-separated; '' for none) and max_extra: they
+# weigh only in the pick of THIS request admitted at once (nobody waits, or a fair newcomer
+# placed first); one promoted later goes to the least loaded. Idempotent per token, so a
+# retried call (lost reply) reports the token's state instead of queueing it twice. With
+# fair '0', limit 0, k 1 and no replicas (fifo, no per-consumer limit) it writes exactly
+# what it always did.
 ENTER = _PRELUDE + """
 local token, depth, timeout_ms = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 local fair, consumer, b, step = ARGV[9] == '1', ARGV[10], ARGV[11], tonumber(ARGV[12])
 local limit, k, priority = tonumber(ARGV[13]), tonumber(ARGV[15]), ARGV[16]
+local prefer, max_extra = {}, tonumber(ARGV[18]) or 0
+for a in string.gmatch(ARGV[17] or '', '%S+') do prefer[#prefer + 1] = a end
 local n = maintain()
 if redis.call('HGET', S, token) == owner then
   local _, addr = bound_of(token)
@@ -352,7 +378,7 @@ if rank then return reply(2, rank, n) end
 if not alive() then return reply(-1, 0, n) end
 local waiting = redis.call('ZCARD', Q)
 if waiting == 0 then
-  local addr = take(token, owner, k)
+  local addr = take(token, owner, k, prefer, max_extra)
   if addr then return reply(1, 0, n, addr) end
 end
 if waiting >= depth then return reply(0, 0, n) end
@@ -384,7 +410,7 @@ end
 redis.call('HSET', E, token, member .. ' ' .. consumer)
 redis.call('HINCRBY', N, consumer, 1)
 if place == 1 then  -- placed ahead of a head that does not fit: it may go in at once
-  promote()
+  promote(token, prefer, max_extra)
   if redis.call('HGET', S, token) == owner then
     local _, addr = bound_of(token)
     return reply(1, 0, n, addr)
@@ -428,6 +454,35 @@ elseif redis.call('HGET', S, token) == owner then
   end
 end
 return reply(code, 0, n, addr)
+"""
+
+# ARGV: ..., owner, token, from (the replica the caller's lease names). The one safe
+# retry: the held token's k slots move from its replica to the one `pick` chooses among the
+# OTHER pickable replicas (eligible, not saturated, k free), in one step: `bound` and both
+# `replicas` counts change together, the slots in use never do. Then promote: the room left
+# on the old replica may admit the queue head. Reply code 1 (moved; replica = the new one),
+# 0 (not moved: no other replica has room, no replicas, or the token is not held: released
+# or reclaimed) or -1 (the caller is fenced). Idempotent per (token, from): a retried call
+# whose first run moved the token already (the bound replica is no longer `from`) replies 1
+# with the replica it is on, and moves nothing.
+MOVE = _PRELUDE + """
+local token, from = ARGV[6], ARGV[7]
+local n = maintain()
+if redis.call('HGET', S, token) ~= owner then
+  if not alive() then return reply(-1, 0, n) end
+  return reply(0, 0, n)
+end
+local k, addr = bound_of(token)
+if addr == '' then return reply(0, 0, n) end
+if addr ~= from then return reply(1, 0, n, addr) end
+local target = pick(k, nil, 0, addr)
+if not target then return reply(0, 0, n) end
+redis.call('HINCRBY', R, target, k)
+if redis.call('HINCRBY', R, addr, -k) <= 0 then redis.call('HDEL', R, addr) end
+redis.call('SET', LAST, target)
+redis.call('HSET', BOUND, token, k .. ' ' .. target)
+promote()
+return reply(1, 0, n, target)
 """
 
 # ARGV: ..., owner, token. One wait() round: repair, then where is my token?
@@ -484,5 +539,5 @@ return reply(n, 0, r)
 
 ALL = {
     "enter": ENTER, "release": RELEASE, "cancel": CANCEL, "poll": POLL,
-    "maintain": MAINTAIN, "heartbeat": HEARTBEAT, "purge": PURGE,
+    "maintain": MAINTAIN, "heartbeat": HEARTBEAT, "purge": PURGE, "move": MOVE,
 }

@@ -82,6 +82,42 @@ class RedisLease:
 
         await gate._detached(run())
 
+    async def move(self) -> str | None:
+        """The one safe retry (`ports.admission.SlotLease.move`): the `move` script moves the
+        slots to another eligible replica with room in one step and promotes after. None,
+        and nothing changes, when no other has room, without replicas, once released or lost.
+        `AdmissionUnavailable` when Redis cannot be reached: if the script did run (a lost
+        reply), the token is bound to the new replica and `release` frees that one anyway
+        (release reads the binding in Redis); a second call answers the replica it is on."""
+        source = self.replica
+        if self._released or source is None or self.lost.is_set():
+            return None
+        gate, up, owner = self._gate, self.up, self.owner
+        # its own task: a hang-up cancels only our wait for it, never redis-py mid-command
+        call = asyncio.ensure_future(gate._call(up, "move", owner, self.token, source))
+        call.add_done_callback(self._moved)
+        try:
+            code, _, target = await asyncio.shield(call)
+        except REDIS_DOWN as error:
+            up.counts["unavailable"] += 1
+            log.warning("redis admission: move on %s failed: %s", up.key, error)
+            raise AdmissionUnavailable(1) from error
+        if code == scripts.FENCED:
+            gate._fence("a move found this process's lease expired", owner)
+            return None
+        if code != scripts.ADMITTED or target is None or self._released or self.lost.is_set():
+            return None
+        self.replica = target  # (`_moved` has set it already; said again for the reader)
+        return target
+
+    def _moved(self, call: asyncio.Future[tuple[int, int, str | None]]) -> None:
+        """The move's reply, even when the caller stopped waiting for it: `replica` follows."""
+        if call.cancelled() or call.exception() is not None:
+            return
+        code, _, target = call.result()
+        if code == scripts.ADMITTED and target is not None:
+            self.replica = target
+
 
 class OpenLease:
     """A lease on an uncapped upstream: a local count only, Redis is never involved."""
@@ -99,6 +135,10 @@ class OpenLease:
             self._released = True
             self.up.open -= self.slots
             self._gate._check_idle()
+
+    async def move(self) -> None:
+        """No replicas on an uncapped upstream: nothing to move to."""
+        return None
 
 
 class RedisTicket:
