@@ -39,8 +39,15 @@ async def settle(gate: Any) -> None:
         await asyncio.wait(tasks, timeout=2.0)
 
 
-async def ready(make_gate: MakeGate, cap: int, limit: int, replicas: list[str], depth: int = 8) -> Any:
-    gate = await make_gate({"up": policy(cap=cap, depth=depth)}, {"up": limit})
+# A Redis gate whose only wake-ups are the pub/sub grants (no refresher round, no poll
+# before 30 s): a waiter granted in time was promoted by the very call under test.
+NO_FALLBACK = {"refresh_seconds": 3600.0, "recheck_seconds": 30.0}
+
+
+async def ready(
+    make_gate: MakeGate, cap: int, limit: int, replicas: list[str], depth: int = 8, **kw: Any,
+) -> Any:
+    gate = await make_gate({"up": policy(cap=cap, depth=depth)}, {"up": limit}, **kw)
     gate.set_replicas("up", replicas)
     await settle(gate)
     return gate
@@ -57,7 +64,7 @@ async def release_all(gate: Any, *entries: Any) -> None:
 
 
 async def test_an_ejected_replica_gets_nothing_new_and_leaves_the_live_cap(make_gate: MakeGate) -> None:
-    gate = await ready(make_gate, cap=4, limit=2, replicas=[A, B])
+    gate = await ready(make_gate, cap=4, limit=2, replicas=[A, B], **NO_FALLBACK)
     gate.set_ejected("up", [B])
     await settle(gate)
     first = await gate.enter("up", prefer=[B], max_extra=5)
@@ -67,12 +74,12 @@ async def test_an_ejected_replica_gets_nothing_new_and_leaves_the_live_cap(make_
     assert not second.queued and second.replica == A
     waiting = await gate.enter("up")
     assert waiting.queued  # the live cap is A's 2 (the cap 4 counts B's 2 only while eligible)
-    await eventually(lambda: counts(gate) == {A: 2, B: 0} and gate.snapshot("up").in_use == 2)
+    assert counts(gate) == {A: 2, B: 0} and gate.snapshot("up").in_use == 2
     waiter = asyncio.create_task(waiting.wait(3.0))
     await asyncio.sleep(0.05)
     assert not waiter.done()
     gate.set_ejected("up", [])  # B returns: the queued request goes in at once, to B
-    lease = await asyncio.wait_for(waiter, 3.0)
+    lease = await asyncio.wait_for(waiter, 1.5)
     assert lease is not None and lease.replica == B
     assert states(gate) == {A: ReplicaState.READY, B: ReplicaState.READY}
     await release_all(gate, first, second, lease)
@@ -101,7 +108,7 @@ async def test_an_ejected_replica_keeps_its_requests_and_the_set_survives_discov
 
 
 async def test_a_saturated_replica_gets_nothing_new_but_keeps_its_slots_in_the_cap(make_gate: MakeGate) -> None:
-    gate = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C])
+    gate = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], **NO_FALLBACK)
     gate.set_saturated("up", [A])
     await settle(gate)
     assert saturated(gate) == {A: True, B: False, C: False}
@@ -114,7 +121,7 @@ async def test_a_saturated_replica_gets_nothing_new_but_keeps_its_slots_in_the_c
     await asyncio.sleep(0.05)
     assert not waiter.done()
     gate.set_saturated("up", [])
-    lease = await asyncio.wait_for(waiter, 3.0)
+    lease = await asyncio.wait_for(waiter, 1.5)
     assert lease is not None and lease.replica == A
     await release_all(gate, *leases, lease)
 
@@ -213,7 +220,7 @@ async def test_a_move_never_goes_to_an_ejected_or_saturated_replica(make_gate: M
 
 
 async def test_the_room_a_move_leaves_admits_a_queued_k_request(make_gate: MakeGate) -> None:
-    gate = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C])
+    gate = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], **NO_FALLBACK)
     on = {r: await gate.enter("up", prefer=[r], max_extra=1) for r in (A, B, C)}
     extra = await gate.enter("up", prefer=[A], max_extra=1)  # A 2, B 1, C 1
     assert [on[A].replica, on[B].replica, on[C].replica, extra.replica] == [A, B, C, A]
@@ -222,7 +229,7 @@ async def test_the_room_a_move_leaves_admits_a_queued_k_request(make_gate: MakeG
     waiter = asyncio.create_task(waiting.wait(3.0))
     await asyncio.sleep(0.05)
     assert await on[B].move() == C  # B is empty now: the queued 2-request goes there
-    lease = await asyncio.wait_for(waiter, 3.0)
+    lease = await asyncio.wait_for(waiter, 1.5)
     assert lease is not None and (lease.slots, lease.replica) == (2, B)
     await eventually(lambda: counts(gate) == {A: 2, B: 2, C: 2} and gate.snapshot("up").in_use == 6)
     await release_all(gate, *on.values(), extra, lease)
@@ -280,8 +287,8 @@ async def test_two_processes_see_one_move_and_keep_their_own_health_views(make_g
 
 async def test_two_processes_move_and_promote_across_processes(make_gate: MakeGate) -> None:
     redis_only(make_gate)
-    a = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], depth=16)
-    b = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], depth=16)
+    a = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], depth=16, **NO_FALLBACK)
+    b = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], depth=16, **NO_FALLBACK)
     on_a = await a.enter("up", prefer=[A])
     on_b = await b.enter("up", prefer=[B])
     on_c = await a.enter("up", prefer=[C])
@@ -292,10 +299,11 @@ async def test_two_processes_move_and_promote_across_processes(make_gate: MakeGa
     waiter = asyncio.create_task(waiting.wait(3.0))
     await asyncio.sleep(0.05)
     assert await on_b.move() == C  # b's move frees B: a's queued 2-request is promoted there
-    lease = await asyncio.wait_for(waiter, 3.0)
+    lease = await asyncio.wait_for(waiter, 1.5)  # published by b's move script, heard by a
     assert lease is not None and (lease.slots, lease.replica) == (2, B)
-    await eventually(lambda: counts(a) == {A: 2, B: 2, C: 2} and counts(b) == {A: 2, B: 2, C: 2})
-    assert a.snapshot("up").in_use == 6
+    assert counts(b) == {A: 2, B: 2, C: 2} and b.snapshot("up").in_use == 6  # the move's own reply
+    await a._call(a._ups["up"], "maintain", a._owner)  # a heard only the grant: fresh counts
+    assert counts(a) == {A: 2, B: 2, C: 2} and a.snapshot("up").in_use == 6
     await release_all(a, on_a, on_c, lease, on_b, extra)
 
 

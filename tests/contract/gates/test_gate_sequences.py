@@ -1,7 +1,9 @@
 """k sequence slots per request and per-replica counts on both admission backends (issues 19
 and 20): one contract for the in-memory and the Redis gate (single server and cluster), a
-differential test of the two on random operation sequences (hypothesis), and a killed
-process's per-replica counts reclaimed on Redis (a real process, SIGKILLed).
+differential test of the two on random operation sequences (hypothesis; with issue 23's
+ejected and saturated replicas, affinity at arrival and the lease move too: their contract
+is test_gate_health.py), and a killed process's per-replica counts reclaimed on Redis (a
+real process, SIGKILLed).
 
 The Redis variants need the Redis at GATEWAY_TEST_REDIS_URL (default
 redis://127.0.0.1:6379/0) and FAIL when it is unreachable. Real time, short timeouts.
@@ -231,13 +233,21 @@ async def test_the_snapshot_counts_waiters_per_consumer_priority(make_gate: Make
 # -- differential: the memory gate and two Redis "processes" on one operation sequence -----
 
 _ENTER = st.tuples(st.just("enter"), st.sampled_from([1, 1, 1, 2, 3]), st.sampled_from(["a", "b", "hi"]))
+# issue 23: enter with affinity (prefer, best first; max_extra), ejected / saturated sets
+# (a mask over A, B, C, like discover) and the one safe retry's move of a held lease
+_PREFER = st.tuples(st.just("prefer"), st.sampled_from([1, 1, 2]), st.sampled_from(["a", "b", "hi"]),
+                    st.lists(st.sampled_from([A, B, C]), min_size=1, max_size=3, unique=True), st.integers(0, 2))
 OPS = st.lists(
     st.one_of(
-        _ENTER, _ENTER,
+        _ENTER, _ENTER, _PREFER,
         st.tuples(st.just("release"), st.integers(0, 50), st.just("")),
         st.tuples(st.just("release"), st.integers(0, 50), st.just("")),
         st.tuples(st.just("cancel"), st.integers(0, 50), st.just("")),
         st.tuples(st.just("discover"), st.integers(0, 7), st.just("")),
+        st.tuples(st.just("eject"), st.sampled_from([0, 0, 1, 2, 4, 3]), st.just("")),
+        st.tuples(st.just("saturate"), st.sampled_from([0, 0, 1, 2, 4, 6]), st.just("")),
+        st.tuples(st.just("move"), st.integers(0, 50), st.just("")),
+        st.tuples(st.just("move"), st.integers(0, 50), st.just("")),
     ),
     min_size=1, max_size=40,
 )
@@ -260,8 +270,20 @@ def _ready(mask: int) -> list[str]:
 @example(cap=4, limit=4, fairness="fair", replicated=False, first=1,  # k under the fair order
          ops=[("enter", 3, "a"), ("enter", 2, "b"), ("enter", 1, "hi"), ("enter", 1, "a"), ("release", 0, ""),
               ("cancel", 0, ""), ("release", 0, "")])
+@example(cap=6, limit=2, fairness="fifo", replicated=True, first=7,  # ejected leave the cap, come back
+         ops=[("eject", 2, ""), ("enter", 1, "a"), ("enter", 1, "a"), ("enter", 1, "a"), ("enter", 1, "a"),
+              ("enter", 1, "a"), ("saturate", 1, ""), ("eject", 0, ""), ("move", 0, ""), ("saturate", 0, ""),
+              ("move", 1, "")])
+@example(cap=6, limit=2, fairness="fifo", replicated=True, first=7,  # the room a move leaves admits a 2-request
+         ops=[("prefer", 1, "a", [A], 1), ("prefer", 1, "a", [B], 1), ("prefer", 1, "a", [C], 1),
+              ("prefer", 1, "a", [A], 1), ("enter", 2, "b"), ("move", 1, "")])
+@example(cap=8, limit=4, fairness="fifo", replicated=True, first=7,  # a move is the round robin's last pick
+         ops=[("prefer", 1, "a", [A], 2), ("prefer", 1, "a", [A], 2), ("prefer", 1, "a", [B], 0), ("move", 0, ""),
+              ("enter", 1, "a")])
+@example(cap=4, limit=2, fairness="fair", replicated=True, first=3,  # a fair newcomer placed first keeps its affinity
+         ops=[("enter", 1, "a"), ("enter", 1, "a"), ("enter", 2, "b"), ("prefer", 1, "hi", [B], 0)])
 async def test_memory_and_redis_decide_alike(
-    cap: int, limit: int, fairness: str, replicated: bool, first: int, ops: list[tuple[str, int, str]],
+    cap: int, limit: int, fairness: str, replicated: bool, first: int, ops: list[tuple[Any, ...]],
 ) -> None:
     ops = [("discover", first, ""), *ops]  # replicas ready from the start (most of the time)
     note(f"cap={cap} limit={limit} fairness={fairness} replicated={replicated} ops={ops}")
@@ -281,13 +303,15 @@ async def test_memory_and_redis_decide_alike(
     held: list[tuple[Any, Any]] = []  # (memory lease, redis lease), in grant order
     waiting: list[tuple[Any, Any]] = []  # (memory ticket, redis ticket), in arrival order
     try:
-        for step, (op, n, who) in enumerate(ops):
-            if op == "enter":
+        for step, (op, n, who, *more) in enumerate(ops):
+            if op in ("enter", "prefer"):
                 gate = redis[step % 2]
+                prefer, max_extra = more if more else ((), 0)
                 outcomes = []
                 for g in (memory, gate):
                     try:
-                        outcomes.append(await g.enter("up", CONSUMERS[who], slots=n))
+                        outcomes.append(await g.enter("up", CONSUMERS[who], slots=n, prefer=prefer,
+                                                      max_extra=max_extra))
                     except (TooManySequences, QueueFull) as error:
                         outcomes.append(type(error))
                 m, r = outcomes
@@ -306,9 +330,14 @@ async def test_memory_and_redis_decide_alike(
                 m, r = waiting.pop(n % len(waiting))
                 await m.cancel()
                 await r.cancel()
-            elif op == "discover" and replicated:
+            elif op == "move" and held:
+                m, r = held[n % len(held)]
+                moved = await m.move(), await r.move()
+                assert moved[0] == moved[1] and m.replica == r.replica, (step, moved)
+            elif op in ("discover", "eject", "saturate") and replicated:
                 for g in (memory, *redis):
-                    g.set_replicas("up", _ready(n))
+                    setter = {"discover": g.set_replicas, "eject": g.set_ejected, "saturate": g.set_saturated}[op]
+                    setter("up", _ready(n))
                 for gate in redis:  # the wake-up each schedules, done before the next step
                     if gate._tasks:
                         await asyncio.wait(list(gate._tasks))
@@ -329,8 +358,8 @@ async def test_memory_and_redis_decide_alike(
             assert memory.snapshot("up").in_use == redis[0].snapshot("up").in_use, step
             assert memory.snapshot("up").queued == redis[0].snapshot("up").queued, step
             assert memory.snapshot("up").queued_by_priority == redis[0].snapshot("up").queued_by_priority, step
-            assert [(x.address, x.state, x.in_flight) for x in memory.replicas("up")] == \
-                   [(x.address, x.state, x.in_flight) for x in redis[0].replicas("up")], step
+            assert [(x.address, x.state, x.in_flight, x.saturated) for x in memory.replicas("up")] == \
+                   [(x.address, x.state, x.in_flight, x.saturated) for x in redis[0].replicas("up")], step
         for m, r in waiting:
             await m.cancel()
             await r.cancel()
