@@ -31,8 +31,9 @@ A token is "<process tag>.<n>", unique per request; an owner is
 Every change is one Lua script (see `scripts.py`), and each first reclaims expired
 owners, expires lapsed queue entries and promotes the smallest key while it fits (head-
 of-line), so a freed slot always goes to the same request whichever process asks (fifo:
-the longest waiter). With replicas the pick is made in the same script, among the ready
-replicas the calling process passes. See docs/redis-ledger.md
+the longest waiter). With replicas the pick is made in the same script, among the
+eligible replicas the calling process passes (ready, not ejected; saturated ones marked),
+and the one safe retry moves a lease to another replica in one script (`move`). See docs/redis-ledger.md
 for the failure model, fencing, lease sizing and the wake-up latency bound.
 """
 

@@ -40,7 +40,12 @@ flat HGETALL of `by_priority` (waiting requests per consumer priority other than
 rest of `queued` is priority 0), for the snapshot's `queued_by_priority`.
 
 Every script's ARGV starts with the same four: cap, channel, per-replica cap (0: no
-replicas), the caller's ready replicas (space-separated); then the owner, then its own.
+replicas), the caller's eligible replicas (ready and not ejected: they hold the live cap;
+space-separated, the saturated ones, in the cap but never picked, after a lone "|"); then
+the owner, then its own. Issue 23: an ejected replica is thus, inside the scripts, one the
+caller does not see (the gate still reports it EJECTED); `enter` takes the arriving
+request's affinity (`prefer`, `max_extra`) for its own pick only; `move` is the one safe
+retry's lease move.
 """
 
 from __future__ import annotations
