@@ -206,7 +206,7 @@ class RedisAdmissionGate(LedgerCore):
             1 if fair else 0, consumer.name,
             scripts.band(consumer.priority) if fair else "", tag_step(consumer.weight),
             policy.max_queued_per_consumer or 0, scripts.TAGS_GRACE_MS, slots, int(consumer.priority),
-            up.preferred(prefer) if prefer and up.replica_limit is not None else "", max(0, int(max_extra)),
+            up.preferred(prefer) if prefer and up.replica_limit is not None else "", int(max_extra),
         )
         owner = self._owner
         try:
