@@ -15,10 +15,15 @@ canonical prompt's bytes.
   `BLOCK_BYTES`; the hash after block n covers every byte before it. Hashes are taken
   at checkpoints: after each of the first `DENSE_BLOCKS` blocks, then every
   `SPARSE_EVERY`th, up to `MAX_BLOCKS` (a longer prompt's tail is not told apart), so
-  the next turn finds the last turn's prefix to within `SPARSE_EVERY` blocks and a
-  lookup or a record costs at most `CHECKPOINTS` hashes. A partial last block is not
-  hashed (vLLM caches full blocks only). An optional salt (a per-consumer cache salt:
-  vLLM keeps such prompts apart) starts the chain.
+  a lookup or a record costs at most `CHECKPOINTS` + `TAIL_MESSAGES` hashes. The end of
+  each of the last `TAIL_MESSAGES` messages is a checkpoint too (at least one block in,
+  within `MAX_BLOCKS`): a conversation's next turn appends messages, so it holds the
+  last turn's whole prompt at one of its own message ends, and finds it even when the
+  turns differ by less than `SPARSE_EVERY` blocks past a long shared system prompt
+  (block checkpoints alone would find only the shared prompt there, so turn 2 of every
+  agent with a system prompt of more than `DENSE_BLOCKS` blocks would go anywhere).
+  A prompt shorter than one block has no chain. An optional salt (a per-consumer cache
+  salt: vLLM keeps such prompts apart) starts the chain.
 - **The memory** (`AffinityMemory`): chain hash -> the replica last sent a request with
   that prefix, least recently recorded evicted first, `capacity` entries, each
   forgotten `ttl_seconds` after it was last recorded. `lookup` names the replicas that
@@ -44,6 +49,7 @@ DENSE_BLOCKS = 16  # every block a checkpoint up to here (4 KiB of prompt) ...
 SPARSE_EVERY = 8  # ... then every 8th block (2 KiB)
 MAX_BLOCKS = 1024  # 256 KiB of prompt
 CHECKPOINTS = DENSE_BLOCKS + (MAX_BLOCKS - DENSE_BLOCKS) // SPARSE_EVERY  # 142
+TAIL_MESSAGES = 8  # the ends of the last 8 messages are checkpoints too (a turn adds fewer)
 
 DEFAULT_CAPACITY = 32_768  # entries per upstream
 DEFAULT_TTL_SECONDS = 900.0
@@ -57,7 +63,8 @@ def affinity_chain(request: ChatRequest, salt: str | None = None) -> list[int]:
     """The hashes `request`'s affinity is looked up and recorded under, longest prefix first."""
     if request.affinity_key is not None:
         return [key_hash(request.affinity_key, salt)]
-    return prefix_hashes(prompt_bytes(request), salt)
+    data, ends = prompt_parts(request)
+    return prefix_hashes(data, salt, ends)
 
 
 def key_hash(key: str, salt: str | None = None) -> int:
@@ -69,8 +76,26 @@ def key_hash(key: str, salt: str | None = None) -> int:
 
 def prompt_bytes(request: ChatRequest) -> bytes:
     """Tools, then every message, encoded so a turn's bytes begin its successor's."""
-    messages = _ENCODER.encode(request.messages)[:-1]  # without the closing `]`
-    return _ENCODER.encode(request.tools) + messages if request.tools else messages
+    return prompt_parts(request)[0]
+
+
+def prompt_parts(request: ChatRequest) -> tuple[bytes, list[int]]:
+    """`prompt_bytes`, and where each of its last `TAIL_MESSAGES` messages ends in them (the
+    same bytes as the list encoded at once, without its closing `]`)."""
+    messages = request.messages
+    split = max(len(messages) - TAIL_MESSAGES, 0)
+    pieces = [_ENCODER.encode(request.tools) if request.tools else b"", _ENCODER.encode(messages[:split])[:-1]]
+    at = len(pieces[0]) + len(pieces[1])
+    ends: list[int] = []
+    for message in messages[split:]:
+        if split or ends:
+            pieces.append(b",")
+            at += 1
+        encoded = _ENCODER.encode(message)
+        pieces.append(encoded)
+        at += len(encoded)
+        ends.append(at)
+    return b"".join(pieces), ends
 
 
 def checkpoints(blocks: int) -> Iterable[int]:
@@ -80,16 +105,21 @@ def checkpoints(blocks: int) -> Iterable[int]:
     yield from range(DENSE_BLOCKS + SPARSE_EVERY, blocks + 1, SPARSE_EVERY)
 
 
-def prefix_hashes(data: bytes, salt: str | None = None) -> list[int]:
-    """The chain over `data`'s full blocks at each checkpoint, longest prefix first."""
+def prefix_hashes(data: bytes, salt: str | None = None, ends: Sequence[int] = ()) -> list[int]:
+    """The chain over `data` at each block checkpoint and at each of `ends` (byte offsets, where
+    messages end: those at least one block in and within `MAX_BLOCKS`), longest prefix first."""
     hasher = hashlib.blake2b(digest_size=8, person=_PREFIX)
     _salt(hasher, salt)
     view = memoryview(data)
+    marks = [count * BLOCK_BYTES for count in checkpoints(len(data) // BLOCK_BYTES)]
+    if ends:
+        limit = min(len(data), MAX_BLOCKS * BLOCK_BYTES)
+        marks = sorted({*marks, *(end for end in ends if BLOCK_BYTES <= end <= limit)})
     out: list[int] = []
     done = 0
-    for count in checkpoints(len(data) // BLOCK_BYTES):
-        hasher.update(view[done * BLOCK_BYTES : count * BLOCK_BYTES])
-        done = count
+    for mark in marks:
+        hasher.update(view[done:mark])
+        done = mark
         out.append(int.from_bytes(hasher.copy().digest(), "big"))
     out.reverse()
     return out
