@@ -44,7 +44,7 @@ def completion_chain(request: CompletionRequest, salt: str | None = None) -> lis
     a list without the closing `]`, so a prompt that grows keeps every earlier block)."""
     if request.user:
         return [key_hash(request.user, salt)]
-    return prefix_hashes(_ENCODER.encode(request.prompt)[:-1], salt)
+    return prefix_hashes(memoryview(_ENCODER.encode(request.prompt))[:-1], salt)
 
 
 class Affinity:

@@ -80,7 +80,7 @@ def affinity_keys(prefix: str, upstream: str) -> list[str]:
 
 
 class RedisAffinityStore:
-    # A chain has at most domain.affinity.CHECKPOINTS + TAIL_MESSAGES (150) hashes: one script call stays small.
+    # A chain has at most domain.affinity.CHECKPOINTS + TAIL_MESSAGES (79) hashes: one script call stays small.
 
     def __init__(self, redis_url: str | RedisTarget, key_prefix: str = "gateway", *, capacity: int = DEFAULT_CAPACITY,
                  ttl_seconds: float = DEFAULT_TTL_SECONDS, socket_timeout: float = 1.0) -> None:  # fmt: skip

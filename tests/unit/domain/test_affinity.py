@@ -81,8 +81,10 @@ messages = st.lists(
 def test_a_prompt_encodes_as_a_prefix_of_any_prompt_that_extends_it(first: list[Message], more: list[Message]) -> None:
     short, long = chat(first), chat(first + more)
     assert prompt_bytes(long).startswith(prompt_bytes(short))
-    data, ends = prompt_parts(long)
-    assert data == msgspec.json.encode(long.messages)[:-1] and ends[-1] == len(data)
+    lead, data, ends = prompt_parts(long)
+    assert lead == b"" and data == msgspec.json.encode(long.messages)[:-1] and ends[-1] == len(data)
+    whole = prompt_bytes(long)
+    assert all(whole[end - 1 : end + 1] in (b"},", b"}") for end in ends)  # each a message's end
     assert len(ends) == min(len(first + more), TAIL_MESSAGES)
     assert set(prefix_hashes(prompt_bytes(short))) <= set(affinity_chain(long))
     before = affinity_chain(short)
@@ -112,7 +114,7 @@ def test_short_prompts_have_no_chain_and_long_ones_stop_at_max_blocks() -> None:
     huge = chat([turn("user", "x" * (BLOCK_BYTES * (MAX_BLOCKS + 500)))])
     chain = affinity_chain(huge)
     assert len(chain) == CHECKPOINTS == len(set(chain))
-    assert list(checkpoints(40)) == [*range(1, 17), 24, 32, 40]
+    assert list(checkpoints(40)) == [*range(1, 9), 24, 40]
     assert prefix_hashes(b"a" * BLOCK_BYTES * 3) == list(reversed(
         [prefix_hashes(b"a" * BLOCK_BYTES * n)[0] for n in (1, 2, 3)]))  # fmt: skip
 
@@ -131,6 +133,10 @@ def test_tools_lead_the_prompt() -> None:
     tool = ToolSpec(name="run", description="runs " * 100, parameters={"type": "object"})
     with_tools = chat(base.messages, tools=[tool])
     assert not set(affinity_chain(base)) & set(affinity_chain(with_tools))  # another rendered prefix
+    whole = prompt_bytes(with_tools)
+    assert whole == msgspec.json.encode([tool]) + msgspec.json.encode(base.messages)[:-1]
+    _, _, ends = prompt_parts(with_tools)
+    assert affinity_chain(with_tools) == prefix_hashes(whole, None, ends)  # hashed in place = joined
 
 
 # -- the memory ------------------------------------------------------------------------
