@@ -1,7 +1,7 @@
 """KV-cache affinity: agents' time to first token with and without it (issue 23).
 
     .venv/bin/python bench/affinity.py [--conversations 12] [--turns 5] [--rounds 2]
-        [--system-words 3000] [--result-words 150] [--prefill-ms 50] [--redis URL]
+        [--system-words 3000] [--result-words 600] [--prefill-ms 50] [--redis URL]
 
 Three stub replicas with `--prefix-cache` (vLLM's automatic prefix caching as timing shows it:
 a request's first token waits `--prefill-ms` per 1,000 prompt tokens it does not find cached)
@@ -9,7 +9,7 @@ behind one gateway (`[endpoints] urls`, the three of them). `--conversations` ag
 `--turns` each, every turn re-sending the whole conversation plus the last answer and a new
 tool result of `--result-words` (tests/support/conversations.py), after a system prompt of
 `--system-words` every agent shares; every request streams. Two modes, each on fresh stubs
-and a fresh gateway, `--rounds` times:
+and a fresh gateway, `--rounds` times (the modes interleaved):
 
 - `prefix`: `[endpoints] affinity = "prefix"` (the default);
 - `off`: `affinity = "off"`: the least loaded replica, ties rotating.
@@ -101,7 +101,7 @@ async def main() -> int:
     parser.add_argument("--turns", type=int, default=5, choices=range(2, 21), metavar="N")
     parser.add_argument("--rounds", type=int, default=2, choices=range(1, 11), metavar="N")
     parser.add_argument("--system-words", type=int, default=3000, help="shared system prompt (stub tokens = words)")
-    parser.add_argument("--result-words", type=int, default=150, help="each tool result's words")
+    parser.add_argument("--result-words", type=int, default=600, help="each tool result's words")
     parser.add_argument("--prefill-ms", type=float, default=50.0, help="stub: prefill ms per 1,000 uncached tokens")
     parser.add_argument("--redis", default=None, metavar="URL", help="the Redis backend, 3 gateway processes")
     args = parser.parse_args()
@@ -113,15 +113,18 @@ async def main() -> int:
           f"+{args.result_words}-word tool results, streamed, {args.rounds} round(s) per mode")
     print(f"{'mode':<8}{'turns':>6}{'failed':>7}{'p50 ms':>10}{'p90 ms':>10}{'2+ p50':>10}{'2+ p90':>10}"
           f"{'prefilled':>11}{'kept':>10}")
-    for affinity in ("prefix", "off"):
-        turns: list[Turn] = []
-        uncached, kept = [], []
-        for round_ in range(args.rounds):
-            done, u, k = await one_run(args, affinity, seed=round_ + 1)
-            turns += done
-            uncached.append(u)
-            kept.append(k)
-        print(row(affinity, turns, sum(uncached) / len(uncached), sum(kept) / len(kept)), flush=True)
+    modes = ("prefix", "off")
+    turns: dict[str, list[Turn]] = {mode: [] for mode in modes}
+    uncached: dict[str, list[float]] = {mode: [] for mode in modes}
+    kept: dict[str, list[float]] = {mode: [] for mode in modes}
+    for round_ in range(args.rounds):  # the modes interleaved: a busy machine slows both alike
+        for mode in modes:
+            done, u, k = await one_run(args, mode, seed=round_ + 1)
+            turns[mode] += done
+            uncached[mode].append(u)
+            kept[mode].append(k)
+    for mode in modes:
+        print(row(mode, turns[mode], sum(uncached[mode]) / args.rounds, sum(kept[mode]) / args.rounds), flush=True)
     print("p50/p90: TTFT over every turn (turn-weighted); 2+: turns 2 on; prefilled: mean uncached prompt "
           "tokens per turn 2+; kept: turns 2+ on the replica of their conversation's last turn")
     return 0
