@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import logging
 import os
 import shutil
@@ -44,6 +45,7 @@ from adapters.outbound.keys_file import (
     read_keys_file,
     read_salt_secret,
 )
+from adapters.outbound.memory_affinity import MemoryAffinityStore
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from adapters.outbound.openai_compat.replica_sessions import ReplicaSessions
@@ -51,6 +53,7 @@ from adapters.outbound.replica_discovery import DnsReplicas, ReplicaWatch, Stati
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
+from application.affinity import Affinity
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
 from application.consumer_limits import DEFAULT_WAIT_SECONDS, ConsumerLimits
@@ -66,6 +69,7 @@ from config import (
 )
 from domain.admission import AdmissionPolicy
 from domain.routing import ModelRouter
+from ports.affinity import AffinityStore
 from ports.consumers import ConsumerConcurrency, UsageLedger
 from ports.discovery import ReplicaDiscovery
 
@@ -213,6 +217,36 @@ def _gate(config: Config, clock: SystemClock) -> InMemoryAdmissionGate | RedisAd
     )
 
 
+def _affinity_upstreams(config: Config) -> dict[str, int]:
+    """Upstream name -> `affinity_max_extra_in_flight`, for each with `[endpoints]` and `affinity = "prefix"`."""
+    return {name: u.endpoints.affinity_max_extra_in_flight for name, u in config.upstreams.items()
+            if u.endpoints is not None and u.endpoints.affinity == "prefix"}  # fmt: skip
+
+
+def _affinity_store(config: Config) -> AffinityStore | None:
+    """What went where (KV-cache affinity): shared by every process on the Redis backend (the
+    gate's Redis and key prefix), else this process's; None when no upstream uses affinity."""
+    if not _affinity_upstreams(config):
+        return None
+    target = _redis_target(config)
+    if target is None:
+        return MemoryAffinityStore()
+    from adapters.outbound.redis_affinity import RedisAffinityStore
+
+    return RedisAffinityStore(target, config.admission.key_prefix)
+
+
+def _affinity(config: Config, store: AffinityStore | None, gate: Any) -> Affinity:
+    """The use cases' affinity: the upstreams that use it and the store. A gate whose `enter`
+    takes no `prefer` yet (the Redis gate until it does) gets none: affinity off, one log line."""
+    upstreams = _affinity_upstreams(config)
+    if upstreams and "prefer" not in inspect.signature(gate.enter).parameters:
+        log.warning("KV-cache affinity is off: the %s admission gate takes no replica preference yet",
+                    config.admission.backend)
+        upstreams = {}
+    return Affinity(store, upstreams)
+
+
 def _fenced(reason: str, lost: int) -> None:
     # Every lost lease has its `lost` event set; ChatService aborts the requests holding one.
     log.error("admission: this process was fenced (%s); %d slot lease(s) lost", reason, lost)
@@ -337,6 +371,9 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
                     await counter.close()
                 await replicas.close()
                 await gate.close()
+                affinity = container.affinity_store()
+                if affinity is not None:
+                    await affinity.close()
                 await asyncio.gather(*(pool.close() for pool in container.replica_sessions().values()))
                 await container.shutdown_resources()  # type: ignore[misc]
         finally:
@@ -388,14 +425,17 @@ class Container(containers.DeclarativeContainer):
     usage = providers.Singleton(lambda c: _usage_ledger(c), config)
     consumer_concurrency = providers.Singleton(lambda c: _consumer_concurrency(c), config)
     consumer_limits = providers.Singleton(_consumer_limits, config, usage, consumer_concurrency)
+    affinity_store = providers.Singleton(lambda c: _affinity_store(c), config)
+    affinity = providers.Singleton(_affinity, config, affinity_store, gate)
     service = providers.Singleton(
-        lambda c, router, upstreams, gate, clock, tracing, consumers: ChatService(
-            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers
+        lambda c, router, upstreams, gate, clock, tracing, consumers, affinity: ChatService(
+            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers, affinity
         ),
-        config, router, upstreams, gate, clock, tracing, consumer_limits,
+        config, router, upstreams, gate, clock, tracing, consumer_limits, affinity,
     )
     # Text completions and embeddings: the same upstream clients, gates and consumer limits.
-    completions = providers.Singleton(CompletionService, router, upstreams, gate, clock, tracing, consumer_limits)
+    completions = providers.Singleton(CompletionService, router, upstreams, gate, clock, tracing, consumer_limits,
+                                      affinity)
     embeddings = providers.Singleton(EmbeddingService, router, upstreams, gate, clock, tracing, consumer_limits)
     metrics = providers.Singleton(_metrics, config, gate)
     status_board = providers.Singleton(_status_board, config, gate, metrics, clock, lifecycle, credentials)

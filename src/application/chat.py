@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
+from application.affinity import Affinity
 from application.consumer_limits import ConsumerLimits, Door
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, to_replica, unless_lost
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
@@ -33,7 +34,7 @@ class ChatService:
     back and aborts the upstream call.
     """
 
-    __slots__ = ("_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_affinity", "_consumers", "_router", "_slots", "_upstreams")
 
     def __init__(
         self,
@@ -44,8 +45,10 @@ class ChatService:
         clock: Clock,
         tracer: Tracer | None = None,
         consumers: ConsumerLimits | None = None,
+        affinity: Affinity | None = None,
     ) -> None:
         self._router = router
+        self._affinity = affinity or Affinity()
         self._consumers = consumers or ConsumerLimits()
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer, queue_update_interval)
@@ -67,9 +70,12 @@ class ChatService:
     ) -> ChatResponse:
         upstream, request = route(self._router, salted(request, consumer), record)
         async with self._consumers.turn(consumer, request, record) as turn:
-            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
+            wish = await self._affinity.wish(upstream, request, consumer)
+            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
+                                                    wish.max_extra)
             turn.reached_upstream = True
             try:
+                await self._affinity.granted(upstream, wish, lease)
                 call = self._upstreams[upstream].complete(request, **to_replica(lease, record))
                 response = await unless_lost(call, lease.lost)
             finally:
@@ -95,8 +101,9 @@ class ChatService:
         upstream, request = route(self._router, salted(request, consumer), record)
         slots = self._slots
         async with self._consumers.turn(consumer, request, record) as turn:
+            wish = await self._affinity.wish(upstream, request, consumer)
             span, started = slots.start()
-            entry = await slots.enter(upstream, span, consumer, sequences(request))
+            entry = await slots.enter(upstream, span, consumer, sequences(request), wish.prefer, wish.max_extra)
             if entry.queued:
                 ticket: QueueTicket = entry  # type: ignore[assignment]
                 span.set("gateway.queue.position_on_arrival", ticket.position())
@@ -124,6 +131,7 @@ class ChatService:
             meter = turn.meter
             turn.reached_upstream = True
             try:
+                await self._affinity.granted(upstream, wish, lease)
                 async with self._upstreams[upstream].open_stream(request, **to_replica(lease, record)) as batches:
                     async for batch in batches:
                         if lost.is_set():

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
+from application.affinity import Affinity
 from application.consumer_limits import ConsumerLimits
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, to_replica, unless_lost
 from domain.canonical import ChunkBatch, StreamChunk, TextPart, UsageReport
@@ -30,11 +31,13 @@ from ports.upstream import CompletionClient, EmbeddingClient
 class CompletionService:
     """Serves text completions (plain and streamed)."""
 
-    __slots__ = ("_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_affinity", "_consumers", "_router", "_slots", "_upstreams")
 
     def __init__(self, router: ModelRouter, upstreams: Mapping[str, CompletionClient], gate: AdmissionGate,
-                 clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None) -> None:
+                 clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None,
+                 affinity: Affinity | None = None) -> None:
         self._router = router
+        self._affinity = affinity or Affinity()
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer)
         self._consumers = consumers or ConsumerLimits()
@@ -43,9 +46,12 @@ class CompletionService:
                        consumer: Consumer = ANONYMOUS) -> Completion:
         upstream, request = route(self._router, salted(request, consumer), record)
         async with self._consumers.turn(consumer, request, record) as turn:
-            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
+            wish = await self._affinity.wish(upstream, request, consumer)
+            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
+                                                    wish.max_extra)
             turn.reached_upstream = True
             try:
+                await self._affinity.granted(upstream, wish, lease)
                 call = self._upstreams[upstream].complete_text(request, **to_replica(lease, record))
                 answer = await unless_lost(call, lease.lost)
             finally:
@@ -63,10 +69,13 @@ class CompletionService:
         An upstream that reports no usage gets an estimated `UsageReport` as the last batch."""
         upstream, request = route(self._router, salted(request, consumer), record)
         async with self._consumers.turn(consumer, request, record) as turn:
-            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
+            wish = await self._affinity.wish(upstream, request, consumer)
+            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
+                                                    wish.max_extra)
             lost, meter = lease.lost, turn.meter
             turn.reached_upstream = True
             try:
+                await self._affinity.granted(upstream, wish, lease)
                 async with self._upstreams[upstream].open_text_stream(request, **to_replica(lease, record)) as batches:
                     async for batch in batches:
                         if lost.is_set():

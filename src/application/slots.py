@@ -10,7 +10,7 @@ record note how it went, and a lease lost to the shared ledger aborts the call.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -98,12 +98,16 @@ class Slots:
     def start(self) -> tuple[Span, float]:
         return self._tracer.start("gateway.admission"), self._clock.now()
 
-    async def enter(self, upstream: str, span: Span, consumer: Consumer, slots: int = 1) -> SlotLease | QueueTicket:
-        """`slots`: the request's sequences (`domain.sequences`), taken together or not at all."""
+    async def enter(self, upstream: str, span: Span, consumer: Consumer, slots: int = 1,
+                    prefer: Sequence[str] = (), max_extra: int = 0) -> SlotLease | QueueTicket:
+        """`slots`: the request's sequences (`domain.sequences`), taken together or not at all;
+        `prefer`, `max_extra`: KV-cache affinity (`application.affinity`), for a replica."""
         span.set("gateway.upstream", upstream)
         if slots != 1:
             span.set("gateway.sequences", slots)
         try:
+            if prefer:
+                return await self._gate.enter(upstream, consumer, slots=slots, prefer=prefer, max_extra=max_extra)
             return await self._gate.enter(upstream, consumer, slots=slots)
         except GatewayError as error:
             span.set("gateway.admission.outcome", error.kind)
@@ -125,10 +129,10 @@ class Slots:
         span.end(None if error is None or outcome == "abandoned" else outcome)
 
     async def admit_quietly(self, upstream: str, record: RequestRecord | None, consumer: Consumer,
-                            slots: int = 1) -> SlotLease:
+                            slots: int = 1, prefer: Sequence[str] = (), max_extra: int = 0) -> SlotLease:
         """`slots` slots, waiting in the queue if need be (nothing is reported while waiting)."""
         span, started = self.start()
-        entry = await self.enter(upstream, span, consumer, slots)
+        entry = await self.enter(upstream, span, consumer, slots, prefer, max_extra)
         if not entry.queued:
             self.admitted(span, started, record, None, "admitted")
             return entry  # type: ignore[return-value]

@@ -15,10 +15,15 @@ canonical prompt's bytes.
   `BLOCK_BYTES`; the hash after block n covers every byte before it. Hashes are taken
   at checkpoints: after each of the first `DENSE_BLOCKS` blocks, then every
   `SPARSE_EVERY`th, up to `MAX_BLOCKS` (a longer prompt's tail is not told apart), so
-  the next turn finds the last turn's prefix to within `SPARSE_EVERY` blocks and a
-  lookup or a record costs at most `CHECKPOINTS` hashes. A partial last block is not
-  hashed (vLLM caches full blocks only). An optional salt (a per-consumer cache salt:
-  vLLM keeps such prompts apart) starts the chain.
+  a lookup or a record costs at most `CHECKPOINTS` + `TAIL_MESSAGES` hashes. The end of
+  each of the last `TAIL_MESSAGES` messages is a checkpoint too (at least one block in,
+  within `MAX_BLOCKS`): a conversation's next turn appends messages, so it holds the
+  last turn's whole prompt at one of its own message ends, and finds it even when the
+  turns differ by less than `SPARSE_EVERY` blocks past a long shared system prompt
+  (block checkpoints alone would find only the shared prompt there, so turn 2 of every
+  agent with a system prompt of more than `DENSE_BLOCKS` blocks would go anywhere).
+  A prompt shorter than one block has no chain. An optional salt (a per-consumer cache
+  salt: vLLM keeps such prompts apart) starts the chain.
 - **The memory** (`AffinityMemory`): chain hash -> the replica last sent a request with
   that prefix, least recently recorded evicted first, `capacity` entries, each
   forgotten `ttl_seconds` after it was last recorded. `lookup` names the replicas that
@@ -34,43 +39,66 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgspec
 
 from domain.canonical import ChatRequest
 
 BLOCK_BYTES = 256  # about 64 tokens of English text; vLLM's block is 16 tokens
-DENSE_BLOCKS = 16  # every block a checkpoint up to here (4 KiB of prompt) ...
-SPARSE_EVERY = 8  # ... then every 8th block (2 KiB)
+# Each checkpoint costs about a microsecond (a copy and a digest of the running hash) on top of
+# hashing the bytes once: few of them, as the message ends find a conversation's last turn.
+DENSE_BLOCKS = 8  # every block a checkpoint up to here (2 KiB of prompt) ...
+SPARSE_EVERY = 16  # ... then every 16th block (4 KiB)
 MAX_BLOCKS = 1024  # 256 KiB of prompt
-CHECKPOINTS = DENSE_BLOCKS + (MAX_BLOCKS - DENSE_BLOCKS) // SPARSE_EVERY  # 142
+CHECKPOINTS = DENSE_BLOCKS + (MAX_BLOCKS - DENSE_BLOCKS) // SPARSE_EVERY  # 71
+TAIL_MESSAGES = 8  # the ends of the last 8 messages are checkpoints too (a turn adds fewer)
 
 DEFAULT_CAPACITY = 32_768  # entries per upstream
 DEFAULT_TTL_SECONDS = 900.0
 
 _ENCODER = msgspec.json.Encoder()
-_PREFIX = b"gateway-prefix"
-_KEY = b"gateway-key"
+_PREFIX = b"gateway-prefix\0"  # domain separation: a key never hashes like a prompt
+_KEY = b"gateway-key\0"
 
 
 def affinity_chain(request: ChatRequest, salt: str | None = None) -> list[int]:
     """The hashes `request`'s affinity is looked up and recorded under, longest prefix first."""
     if request.affinity_key is not None:
         return [key_hash(request.affinity_key, salt)]
-    return prefix_hashes(prompt_bytes(request), salt)
+    lead, data, ends = prompt_parts(request)
+    return prefix_hashes(data, salt, ends, lead)
 
 
 def key_hash(key: str, salt: str | None = None) -> int:
-    hasher = hashlib.blake2b(digest_size=8, person=_KEY)
+    hasher = hashlib.sha256(_KEY)
     _salt(hasher, salt)
     hasher.update(key.encode())
-    return int.from_bytes(hasher.digest(), "big")
+    return int.from_bytes(hasher.digest()[:8], "big")
 
 
 def prompt_bytes(request: ChatRequest) -> bytes:
     """Tools, then every message, encoded so a turn's bytes begin its successor's."""
-    messages = _ENCODER.encode(request.messages)[:-1]  # without the closing `]`
-    return _ENCODER.encode(request.tools) + messages if request.tools else messages
+    lead, data, _ = prompt_parts(request)
+    return bytes(lead) + bytes(data)
+
+
+def prompt_parts(request: ChatRequest) -> tuple[bytes, memoryview, list[int]]:
+    """`prompt_bytes` as its tools' encoding and its messages' (the list without its closing
+    `]`: a view, not a copy), and where each of the last `TAIL_MESSAGES` messages ends in the
+    whole. One encoding of the list; the tail's lengths come from encoding those again."""
+    messages = request.messages
+    lead = _ENCODER.encode(request.tools) if request.tools else b""
+    encoded = _ENCODER.encode(messages)
+    at = len(lead) + len(encoded) - 1
+    ends: list[int] = []
+    if messages:
+        ends.append(at)
+        for message in reversed(messages[-TAIL_MESSAGES:][1:]):
+            at -= len(_ENCODER.encode(message)) + 1  # the message and the `,` before it
+            ends.append(at)
+        ends.reverse()
+    return lead, memoryview(encoded)[:-1], ends
 
 
 def checkpoints(blocks: int) -> Iterable[int]:
@@ -80,22 +108,33 @@ def checkpoints(blocks: int) -> Iterable[int]:
     yield from range(DENSE_BLOCKS + SPARSE_EVERY, blocks + 1, SPARSE_EVERY)
 
 
-def prefix_hashes(data: bytes, salt: str | None = None) -> list[int]:
-    """The chain over `data`'s full blocks at each checkpoint, longest prefix first."""
-    hasher = hashlib.blake2b(digest_size=8, person=_PREFIX)
+def prefix_hashes(data: bytes | memoryview, salt: str | None = None, ends: Sequence[int] = (),
+                  lead: bytes = b"") -> list[int]:  # fmt: skip
+    """The chain over `lead` + `data` (hashed in place, never joined) at each block checkpoint
+    and at each of `ends` (byte offsets into the whole, where messages end: those at least one
+    block in and within `MAX_BLOCKS`), longest prefix first."""
+    hasher = hashlib.sha256(_PREFIX)
     _salt(hasher, salt)
-    view = memoryview(data)
+    view, head = memoryview(data), len(lead)
+    size = head + len(view)
+    marks = [count * BLOCK_BYTES for count in checkpoints(size // BLOCK_BYTES)]
+    if ends:
+        limit = min(size, MAX_BLOCKS * BLOCK_BYTES)
+        marks = sorted({*marks, *(end for end in ends if BLOCK_BYTES <= end <= limit)})
     out: list[int] = []
     done = 0
-    for count in checkpoints(len(data) // BLOCK_BYTES):
-        hasher.update(view[done * BLOCK_BYTES : count * BLOCK_BYTES])
-        done = count
-        out.append(int.from_bytes(hasher.copy().digest(), "big"))
+    for mark in marks:
+        if done < head:
+            hasher.update(lead[done:min(mark, head)])
+        if mark > head:
+            hasher.update(view[max(done - head, 0) : mark - head])
+        done = mark
+        out.append(int.from_bytes(hasher.copy().digest()[:8], "big"))
     out.reverse()
     return out
 
 
-def _salt(hasher: hashlib.blake2b, salt: str | None) -> None:
+def _salt(hasher: Any, salt: str | None) -> None:  # a hashlib hash
     if salt:
         raw = salt.encode()
         hasher.update(len(raw).to_bytes(4, "big") + raw)

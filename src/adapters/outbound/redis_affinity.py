@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from adapters.outbound.redis_gate.connection import REDIS_DOWN, connect
+from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect
 from adapters.outbound.redis_usage.tasks import Detached
 from domain.affinity import DEFAULT_CAPACITY, DEFAULT_TTL_SECONDS
 
@@ -80,9 +80,9 @@ def affinity_keys(prefix: str, upstream: str) -> list[str]:
 
 
 class RedisAffinityStore:
-    # A chain has at most domain.affinity.CHECKPOINTS (142) hashes: one script call stays small.
+    # A chain has at most domain.affinity.CHECKPOINTS + TAIL_MESSAGES (79) hashes: one script call stays small.
 
-    def __init__(self, redis_url: str, key_prefix: str = "gateway", *, capacity: int = DEFAULT_CAPACITY,
+    def __init__(self, redis_url: str | RedisTarget, key_prefix: str = "gateway", *, capacity: int = DEFAULT_CAPACITY,
                  ttl_seconds: float = DEFAULT_TTL_SECONDS, socket_timeout: float = 1.0) -> None:  # fmt: skip
         if capacity < 1 or not ttl_seconds > 0:
             raise ValueError("capacity must be >= 1 and ttl_seconds > 0")

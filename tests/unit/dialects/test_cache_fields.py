@@ -98,3 +98,14 @@ def test_llm_stream_usage_carries_cache_reads_at_start_and_in_the_message_delta(
     events = check_anthropic_stream(frames)
     assert events[0].data["message"]["usage"] == {"input_tokens": 36, "output_tokens": 0, "cache_read_input_tokens": 64}
     assert events[-2].data["usage"] == {"input_tokens": 36, "output_tokens": 5, "cache_read_input_tokens": 64}
+
+
+def test_responses_affinity_key_is_prompt_cache_key_else_user() -> None:
+    from adapters.inbound.responses.mapping import decode_request as decode_responses
+
+    def responses(**fields: Any) -> Any:
+        return decode_responses(msgspec.json.encode({"model": "m", "input": "hi", **fields})).chat
+
+    assert responses(prompt_cache_key="codex-session", user="alice").affinity_key == "codex-session"
+    assert responses(user="alice").affinity_key == "alice"
+    assert responses().affinity_key is None

@@ -9,6 +9,7 @@ import itertools
 import random
 import tracemalloc
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,11 +19,13 @@ from domain.affinity import (
     CHECKPOINTS,
     DEFAULT_CAPACITY,
     MAX_BLOCKS,
+    TAIL_MESSAGES,
     AffinityMemory,
     affinity_chain,
     checkpoints,
     prefix_hashes,
     prompt_bytes,
+    prompt_parts,
 )
 from domain.canonical import ChatRequest, Message, TextPart, ToolResultPart, ToolSpec, ToolUsePart
 from domain.replicas import Replica, ReplicaSet, ReplicaState, pick
@@ -59,9 +62,10 @@ def agent_turns(tag: str, turns: int) -> list[ChatRequest]:
 def test_each_turn_of_a_conversation_shares_every_checkpoint_of_the_last() -> None:
     requests = agent_turns("conv-1", 6)
     chains = [affinity_chain(r) for r in requests]
-    for before, after in itertools.pairwise(chains):
-        assert before and set(before) <= set(after)
-        assert len(after) > len(before)  # it grew by whole blocks
+    for (short, before), (_, after) in itertools.pairwise(zip(requests, chains, strict=True)):
+        assert before and before[0] in after  # the whole last turn, at one of this one's message ends
+        assert set(prefix_hashes(prompt_bytes(short))) <= set(after)  # and every block checkpoint
+        assert after[0] not in before  # it grew
     other = affinity_chain(agent_turns("conv-2", 3)[2])
     assert set(other) & set(chains[2])  # the shared system prompt...
     assert other[0] not in chains[2] and chains[2][0] not in other  # ...but not their own turns
@@ -77,7 +81,32 @@ messages = st.lists(
 def test_a_prompt_encodes_as_a_prefix_of_any_prompt_that_extends_it(first: list[Message], more: list[Message]) -> None:
     short, long = chat(first), chat(first + more)
     assert prompt_bytes(long).startswith(prompt_bytes(short))
-    assert set(affinity_chain(short)) <= set(affinity_chain(long))
+    lead, data, ends = prompt_parts(long)
+    assert lead == b"" and data == msgspec.json.encode(long.messages)[:-1] and ends[-1] == len(data)
+    whole = prompt_bytes(long)
+    assert all(whole[end - 1 : end + 1] in (b"},", b"}") for end in ends)  # each a message's end
+    assert len(ends) == min(len(first + more), TAIL_MESSAGES)
+    assert set(prefix_hashes(prompt_bytes(short))) <= set(affinity_chain(long))
+    before = affinity_chain(short)
+    if before and len(more) < TAIL_MESSAGES:  # the next turn holds the whole last one
+        assert before[0] in affinity_chain(long)
+
+
+@pytest.mark.parametrize("system_bytes", [3000, 5000, 6100, 12_345, 20_000, 50_000])
+def test_each_turn_finds_its_own_last_turn_past_a_long_shared_system_prompt(system_bytes: int) -> None:
+    """Turns that differ by less than `SPARSE_EVERY` blocks past a system prompt every
+    conversation shares: the block checkpoints alone find only the shared prompt (any
+    conversation's replica); the message ends find the conversation's own last turn."""
+    system = turn("system", ("You are a coding agent with tools. " * 2000)[:system_bytes])
+    memory = AffinityMemory()
+    history = {c: [system, turn("user", f"conversation {c}: the task " + "x" * 200)] for c in range(6)}
+    for n in range(5):
+        for c, messages in history.items():
+            chain = affinity_chain(chat(messages))
+            if n:
+                assert memory.lookup(chain, n)[0] == f"replica-{c}"
+            memory.record(chain, f"replica-{c}", n)
+            messages += [turn("assistant", f"answer {c}.{n} " + "y" * 300), turn("user", f"next {n} " + "z" * 200)]
 
 
 def test_short_prompts_have_no_chain_and_long_ones_stop_at_max_blocks() -> None:
@@ -85,7 +114,7 @@ def test_short_prompts_have_no_chain_and_long_ones_stop_at_max_blocks() -> None:
     huge = chat([turn("user", "x" * (BLOCK_BYTES * (MAX_BLOCKS + 500)))])
     chain = affinity_chain(huge)
     assert len(chain) == CHECKPOINTS == len(set(chain))
-    assert list(checkpoints(40)) == [*range(1, 17), 24, 32, 40]
+    assert list(checkpoints(40)) == [*range(1, 9), 24, 40]
     assert prefix_hashes(b"a" * BLOCK_BYTES * 3) == list(reversed(
         [prefix_hashes(b"a" * BLOCK_BYTES * n)[0] for n in (1, 2, 3)]))  # fmt: skip
 
@@ -104,6 +133,10 @@ def test_tools_lead_the_prompt() -> None:
     tool = ToolSpec(name="run", description="runs " * 100, parameters={"type": "object"})
     with_tools = chat(base.messages, tools=[tool])
     assert not set(affinity_chain(base)) & set(affinity_chain(with_tools))  # another rendered prefix
+    whole = prompt_bytes(with_tools)
+    assert whole == msgspec.json.encode([tool]) + msgspec.json.encode(base.messages)[:-1]
+    _, _, ends = prompt_parts(with_tools)
+    assert affinity_chain(with_tools) == prefix_hashes(whole, None, ends)  # hashed in place = joined
 
 
 # -- the memory ------------------------------------------------------------------------

@@ -65,6 +65,7 @@ def decode_request(
         tools=offered,
         tool_choice=choice,
         user=wire.user,
+        affinity_key=wire.prompt_cache_key or wire.user or None,  # as /v1 chat's (Codex sends one per session)
         reasoning=_reasoning(wire.reasoning),
         sampling=Sampling(response_format=_response_format(wire.text, limits.max_tool_schema_bytes)),
         surface=SURFACE,
