@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import logging
 import os
 import shutil
@@ -236,17 +235,6 @@ def _affinity_store(config: Config) -> AffinityStore | None:
     return RedisAffinityStore(target, config.admission.key_prefix)
 
 
-def _affinity(config: Config, store: AffinityStore | None, gate: Any) -> Affinity:
-    """The use cases' affinity: the upstreams that use it and the store. A gate whose `enter`
-    takes no `prefer` yet (the Redis gate until it does) gets none: affinity off, one log line."""
-    upstreams = _affinity_upstreams(config)
-    if upstreams and "prefer" not in inspect.signature(gate.enter).parameters:
-        log.warning("KV-cache affinity is off: the %s admission gate takes no replica preference yet",
-                    config.admission.backend)
-        upstreams = {}
-    return Affinity(store, upstreams)
-
-
 def _fenced(reason: str, lost: int) -> None:
     # Every lost lease has its `lost` event set; ChatService aborts the requests holding one.
     log.error("admission: this process was fenced (%s); %d slot lease(s) lost", reason, lost)
@@ -426,7 +414,7 @@ class Container(containers.DeclarativeContainer):
     consumer_concurrency = providers.Singleton(lambda c: _consumer_concurrency(c), config)
     consumer_limits = providers.Singleton(_consumer_limits, config, usage, consumer_concurrency)
     affinity_store = providers.Singleton(lambda c: _affinity_store(c), config)
-    affinity = providers.Singleton(_affinity, config, affinity_store, gate)
+    affinity = providers.Singleton(lambda c, store: Affinity(store, _affinity_upstreams(c)), config, affinity_store)
     service = providers.Singleton(
         lambda c, router, upstreams, gate, clock, tracing, consumers, affinity: ChatService(
             router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers, affinity

@@ -4,8 +4,6 @@ services get the upstreams that use it (`[endpoints]` and `affinity = "prefix"`)
 
 from __future__ import annotations
 
-import inspect
-
 import bootstrap
 from adapters.outbound.memory_affinity import MemoryAffinityStore
 from config import load_config_text
@@ -42,9 +40,6 @@ def test_the_store_follows_the_backend_and_only_affinity_upstreams_use_it() -> N
 
     store = bootstrap._affinity_store(shared)
     assert isinstance(store, RedisAffinityStore) and store._prefix == "affinity-unit"
-    on_redis = bootstrap.Container(config=shared)
-    takes_prefer = "prefer" in inspect.signature(on_redis.gate().enter).parameters
-    assert on_redis.affinity().wanted("up") is takes_prefer  # a gate without `prefer`: affinity off
     container = bootstrap.Container(config=config)
     assert container.affinity().wanted("up") and not container.affinity().wanted("plain")
     assert container.service()._affinity is container.completions()._affinity is container.affinity()
