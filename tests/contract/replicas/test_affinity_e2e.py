@@ -16,14 +16,12 @@ conversations on loopback (tests/support/conversations.py).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import re
 import uuid
 from pathlib import Path
 
 import anthropic
 import openai
-import pytest
 from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, require_redis
 from tests.support.conversations import converse, placement
 from tests.support.processes import Proc, Processes, upstream_toml
@@ -73,16 +71,8 @@ async def test_without_affinity_about_a_third_of_the_turns_stay(procs: Processes
     assert where.warm() < 0.6, where.summary()  # the others compute the conversation again
 
 
-def _redis_gate_takes_prefer() -> bool:
-    from adapters.outbound.redis_gate import RedisAdmissionGate
-
-    return "prefer" in inspect.signature(RedisAdmissionGate.enter).parameters
-
-
 async def test_three_processes_on_one_redis_share_the_affinity_memory(procs: Processes, tmp_path: Path) -> None:
     """Every conversation's turns rotate over the 3 gateways: only a shared memory keeps them."""
-    if not _redis_gate_takes_prefer():
-        pytest.xfail("the Redis gate's enter() takes no `prefer` yet (issue 23: another branch adds it)")
     await require_redis()
     prefix = f"affinity-e2e-{uuid.uuid4().hex[:10]}"
     try:
