@@ -33,6 +33,7 @@ queue_timeout_seconds = 5
 urls = ["{A}", "{B}"]
 sequence_slots = 4
 max_in_flight = 4
+load_metrics = false  # the replicas are fake addresses: nothing is read from them
 
 [upstreams.plain]
 url = "http://127.0.0.1:10"
