@@ -179,21 +179,34 @@ def _replica_watch(
     return ReplicaWatch(discoveries, [tell])
 
 
+def _health_capable(gate: Any) -> bool:
+    """Whether the gate implements the port's replica health (`set_ejected`, `set_saturated`,
+    `SlotLease.move`). The in-process gate does; the Redis gate's part of issue 23 lands
+    separately: until it does, with Redis no replica is ejected or marked saturated and no
+    call is retried (today's behaviour). Remove this check once both backends have it."""
+    return all(callable(getattr(gate, name, None)) for name in ("set_ejected", "set_saturated"))
+
+
 def _replica_care(config: Config, gate: Any, clock: SystemClock, metrics: PrometheusMetrics) -> ReplicaCare:
     """Outlier ejection per upstream with `[endpoints]` (its policy from the table; `max_ejection_percent
     = 0`: never ejected), the ejections counted and every discovered replica's counter made at 0."""
-    policies = {name: u.endpoints.ejection_policy() for name, u in config.upstreams.items() if u.endpoints}
+    capable = _health_capable(gate)
+    policies = {name: u.endpoints.ejection_policy() for name, u in config.upstreams.items() if u.endpoints and capable}
     listeners: list[EjectionListener] = []
     known: list[KnownListener] = []
     if metrics.replicas is not None:
         listeners.append(metrics.replicas.endpoint_ejected)
         known.append(metrics.replicas.endpoints_known)
-    return ReplicaCare(gate, clock, policies, listeners, known)
+    return ReplicaCare(gate, clock, policies, listeners, known, retry=capable)
 
 
-def _load_scrapers(config: Config, replica_sessions: Mapping[str, ReplicaSessions]) -> dict[str, VllmLoadScraper]:
+def _load_scrapers(
+    config: Config, gate: Any, replica_sessions: Mapping[str, ReplicaSessions]
+) -> dict[str, VllmLoadScraper]:
     """A reader of the replicas' own load (`GET /metrics`) per upstream with `[endpoints] load_metrics`,
     on the replicas' own sessions; it reads the replicas the discovery watch tells it."""
+    if not _health_capable(gate):
+        return {}
     return {
         name: VllmLoadScraper(name, replica_sessions[name], u.endpoints.load_metrics_interval_seconds)
         for name, u in config.upstreams.items() if u.endpoints is not None and u.endpoints.load_metrics
@@ -442,7 +455,7 @@ class Container(containers.DeclarativeContainer):
     metrics = providers.Singleton(_metrics, config, gate)
     # Replica health (outlier ejection, the one safe retry) and the replicas' own load.
     replica_care = providers.Singleton(_replica_care, config, gate, clock, metrics)
-    load_scrapers = providers.Singleton(_load_scrapers, config, replica_sessions)
+    load_scrapers = providers.Singleton(_load_scrapers, config, gate, replica_sessions)
     replica_watch = providers.Singleton(_replica_watch, config, gate, replica_sessions, replica_care, load_scrapers)
     usage = providers.Singleton(lambda c: _usage_ledger(c), config)
     consumer_concurrency = providers.Singleton(lambda c: _consumer_concurrency(c), config)

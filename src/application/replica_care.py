@@ -52,13 +52,16 @@ _SLACK = 0.001  # a timer fires this much after an ejection's end: `refresh` the
 class ReplicaCare:
     """Every upstream's replica health in this process, and the calls that report to it."""
 
-    __slots__ = ("_clock", "_detectors", "_ejected", "_gate", "_known", "_listeners", "_ready", "_timers")
+    __slots__ = ("_clock", "_detectors", "_ejected", "_gate", "_known", "_listeners", "_ready", "_retry", "_timers")
 
     def __init__(
         self, gate: AdmissionGate, clock: Clock, policies: Mapping[str, EjectionPolicy] | None = None,
-        listeners: Sequence[EjectionListener] = (), known: Sequence[KnownListener] = (),
+        listeners: Sequence[EjectionListener] = (), known: Sequence[KnownListener] = (), *, retry: bool = True,
     ) -> None:
+        """`policies`: the upstreams whose replicas may be ejected; `retry` False: never the one
+        safe retry (a gate whose leases cannot move)."""
         self._gate = gate
+        self._retry = retry
         self._clock = clock
         self._detectors = {name: OutlierDetector(policy) for name, policy in (policies or {}).items()}
         self._listeners = list(listeners)
@@ -213,7 +216,7 @@ class ReplicaCare:
 
     async def _moved(self, lease: SlotLease, error: GatewayError, replica: str, record: RequestRecord | None) -> bool:
         """Move the lease for the one safe retry; False (nothing changed) when it may not or cannot."""
-        if not safe_to_retry(error.failure):
+        if not self._retry or not safe_to_retry(error.failure):
             return False
         try:
             target = await lease.move()
