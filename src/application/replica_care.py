@@ -151,71 +151,67 @@ class ReplicaCare:
 
     # -- the calls ----------------------------------------------------------------------------
 
-    async def call(
+    def call(
         self, upstream: str, lease: SlotLease, record: RequestRecord | None, call: Callable[..., Awaitable[T]],
-    ) -> T:
-        """`call(**to_replica(...))` on the lease's replica (aborted if the lease is lost), its
-        outcome reported; once more on another replica after a failure that is safe to retry."""
-        target = to_replica(lease, record)
-        try:
-            result = await unless_lost(call(**target), lease.lost)
-        except GatewayError as error:
-            replica = target.get("replica")
-            if replica is None:
-                raise
-            self.failed(upstream, replica, error.failure)
-            if not await self._moved(lease, error, replica, record):
-                raise
-            return await self._again(upstream, lease, record, call)
-        replica = target.get("replica")
-        if replica is not None:
-            self.succeeded(upstream, replica)
-        return result
+    ) -> Awaitable[T]:
+        """`call(replica=...)` on the lease's replica, aborted if the lease is lost, its outcome
+        reported; once more on another replica after a failure that is safe to retry. Without a
+        replica (no `[endpoints]`): `call()` as it is."""
+        if getattr(lease, "replica", None) is None:  # a gate without [endpoints] binds none
+            return unless_lost(call(), lease.lost)
+        return self._call_on_replica(upstream, lease, record, call)
 
-    async def _again(
+    def open(
+        self, upstream: str, lease: SlotLease, record: RequestRecord | None,
+        opener: Callable[..., AbstractAsyncContextManager[T]],
+    ) -> AbstractAsyncContextManager[T]:
+        """`opener(replica=...)` entered on the lease's replica, its outcome reported; a failure
+        while it opens (the answer's head; nothing of the answer reached anyone yet) that is safe
+        to retry opens it once more on another replica. Without a replica: `opener()`."""
+        if getattr(lease, "replica", None) is None:
+            return opener()
+        return self._open_on_replica(upstream, lease, record, opener)
+
+    async def _call_on_replica(
         self, upstream: str, lease: SlotLease, record: RequestRecord | None, call: Callable[..., Awaitable[T]],
     ) -> T:
-        target = to_replica(lease, record)
-        replica = target["replica"]
-        try:
-            result = await unless_lost(call(**target), lease.lost)
-        except GatewayError as error:
-            self.failed(upstream, replica, error.failure)
-            raise
-        self.succeeded(upstream, replica)
-        return result
+        for attempt in (1, 2):
+            target = to_replica(lease, record)
+            replica = target["replica"]
+            try:
+                result = await unless_lost(call(**target), lease.lost)
+            except GatewayError as error:
+                self.failed(upstream, replica, error.failure)
+                if attempt == 2 or not await self._moved(lease, error, replica, record):
+                    raise
+                continue
+            self.succeeded(upstream, replica)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @asynccontextmanager
-    async def open(
+    async def _open_on_replica(
         self, upstream: str, lease: SlotLease, record: RequestRecord | None,
         opener: Callable[..., AbstractAsyncContextManager[T]],
     ) -> AsyncIterator[T]:
-        """`opener(**to_replica(...))` entered on the lease's replica; a failure while it opens (no
-        batch reached anyone yet) that is safe to retry opens it once more on another replica."""
         async with AsyncExitStack() as stack:
-            target = to_replica(lease, record)
-            replica = target.get("replica")
-            try:
-                opened = await stack.enter_async_context(opener(**target))
-            except GatewayError as error:
-                if replica is None:
-                    raise
-                self.failed(upstream, replica, error.failure)
-                if not await self._moved(lease, error, replica, record):
-                    raise
+            for attempt in (1, 2):
                 target = to_replica(lease, record)
                 replica = target["replica"]
                 try:
                     opened = await stack.enter_async_context(opener(**target))
-                except GatewayError as again:
-                    self.failed(upstream, replica, again.failure)
-                    raise
-            if replica is not None:
+                except GatewayError as error:
+                    self.failed(upstream, replica, error.failure)
+                    if attempt == 2 or not await self._moved(lease, error, replica, record):
+                        raise
+                    continue
                 self.succeeded(upstream, replica)
+                break
             yield opened
 
     async def _moved(self, lease: SlotLease, error: GatewayError, replica: str, record: RequestRecord | None) -> bool:
-        """Move the lease for the one safe retry; False (nothing changed) when it may not or cannot."""
+        """Move the lease for the one safe retry; False (nothing changed) when it may not or cannot.
+        A client that has gone cancels the task (never here); nothing of the answer was sent yet."""
         if not self._retry or not safe_to_retry(error.failure):
             return False
         try:
@@ -226,5 +222,4 @@ class ReplicaCare:
             return False
         if record is not None:
             record.retried_from = endpoint_of(replica)
-        log.debug("retry of a %s call from %s on %s", error.failure, endpoint_of(replica), endpoint_of(target))
         return True
