@@ -51,7 +51,6 @@ from adapters.outbound.replica_discovery import DnsReplicas, ReplicaWatch, Stati
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
-from adapters.outbound.vllm_load import VllmLoadScraper
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
 from application.consumer_limits import DEFAULT_WAIT_SECONDS, ConsumerLimits
@@ -78,6 +77,7 @@ if TYPE_CHECKING:  # imported where used: a process without Redis or tracing nev
     from adapters.outbound.redis_gate import RedisAdmissionGate
     from adapters.outbound.redis_gate.connection import RedisTarget
     from adapters.outbound.status_board import StatusBoard
+    from adapters.outbound.vllm_load import VllmLoadScraper  # prometheus_client's parser: after MULTIPROC_ENV
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
 DIALECTS: list[DialectRouter] = [openai.router, anthropic.router, responses.router]
@@ -207,6 +207,8 @@ def _load_scrapers(
     on the replicas' own sessions; it reads the replicas the discovery watch tells it."""
     if not _health_capable(gate):
         return {}
+    from adapters.outbound.vllm_load import VllmLoadScraper
+
     return {
         name: VllmLoadScraper(name, replica_sessions[name], u.endpoints.load_metrics_interval_seconds)
         for name, u in config.upstreams.items() if u.endpoints is not None and u.endpoints.load_metrics

@@ -194,3 +194,13 @@ async def test_readyz_names_an_upstream_without_a_ready_replica_and_stays_ready(
     async with AsyncTestClient(draining) as client:
         assert (await client.get("/readyz")).status_code == 503
     await asyncio.sleep(0)
+
+
+def test_importing_the_composition_root_loads_no_prometheus_client() -> None:
+    """With several workers, prometheus_client's multiprocess mode is chosen at its import, after
+    `serve` has set the metrics directory: the load reader (its text parser) is imported late."""
+    import subprocess
+    import sys
+
+    code = "import sys, bootstrap; sys.exit('prometheus_client' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
