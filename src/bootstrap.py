@@ -56,6 +56,7 @@ from application.affinity import Affinity
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
 from application.consumer_limits import DEFAULT_WAIT_SECONDS, ConsumerLimits
+from application.replica_care import EjectionListener, KnownListener, ReplicaCare
 from config import (
     Config,
     ConfigError,
@@ -67,6 +68,7 @@ from config import (
     parse_ops_listen,
 )
 from domain.admission import AdmissionPolicy
+from domain.load_reports import LoadReport, saturated_replicas
 from domain.routing import ModelRouter
 from ports.affinity import AffinityStore
 from ports.consumers import ConsumerConcurrency, UsageLedger
@@ -78,6 +80,7 @@ if TYPE_CHECKING:  # imported where used: a process without Redis or tracing nev
     from adapters.outbound.redis_gate import RedisAdmissionGate
     from adapters.outbound.redis_gate.connection import RedisTarget
     from adapters.outbound.status_board import StatusBoard
+    from adapters.outbound.vllm_load import VllmLoadScraper  # prometheus_client's parser: after MULTIPROC_ENV
 
 # The registration point for inbound dialects: a new dialect is one more entry here.
 DIALECTS: list[DialectRouter] = [openai.router, anthropic.router, responses.router]
@@ -159,16 +162,69 @@ def _discovery(name: str, table: EndpointsTable) -> ReplicaDiscovery:
     )
 
 
-def _replica_watch(config: Config, gate: Any, replica_sessions: Mapping[str, ReplicaSessions]) -> ReplicaWatch:
+def _replica_watch(
+    config: Config, gate: Any, replica_sessions: Mapping[str, ReplicaSessions], care: ReplicaCare,
+    scrapers: Mapping[str, VllmLoadScraper],
+) -> ReplicaWatch:
     """One discovery per upstream with `[endpoints]`, for the app's life: every answer goes to the
-    gate (which replicas may get new requests) and to the upstream's replica sessions."""
+    gate (which replicas may get new requests), to the upstream's replica sessions, to the
+    outlier detection (after the gate) and to the load reader (the replicas it reads)."""
     discoveries = {name: _discovery(name, u.endpoints) for name, u in config.upstreams.items() if u.endpoints}
 
     def tell(upstream: str, ready: frozenset[str]) -> None:
         gate.set_replicas(upstream, ready)
         replica_sessions[upstream].retain(ready)
+        care.set_ready(upstream, ready)
+        scraper = scrapers.get(upstream)
+        if scraper is not None:
+            scraper.follow(ready)
 
     return ReplicaWatch(discoveries, [tell])
+
+
+def _replica_care(config: Config, gate: Any, clock: SystemClock, metrics: PrometheusMetrics) -> ReplicaCare:
+    """Outlier ejection per upstream with `[endpoints]` (its policy from the table; `max_ejection_percent
+    = 0`: never ejected), the ejections counted and every discovered replica's counter made at 0."""
+    policies = {name: u.endpoints.ejection_policy() for name, u in config.upstreams.items() if u.endpoints}
+    listeners: list[EjectionListener] = []
+    known: list[KnownListener] = []
+    if metrics.replicas is not None:
+        listeners.append(metrics.replicas.endpoint_ejected)
+        known.append(metrics.replicas.endpoints_known)
+    return ReplicaCare(gate, clock, policies, listeners, known)
+
+
+def _load_scrapers(
+    config: Config, gate: Any, replica_sessions: Mapping[str, ReplicaSessions]
+) -> dict[str, VllmLoadScraper]:
+    """A reader of the replicas' own load (`GET /metrics`) per upstream with `[endpoints] load_metrics`,
+    on the replicas' own sessions; it reads the replicas the discovery watch tells it."""
+    from adapters.outbound.vllm_load import VllmLoadScraper
+
+    return {
+        name: VllmLoadScraper(name, replica_sessions[name], u.endpoints.load_metrics_interval_seconds)
+        for name, u in config.upstreams.items() if u.endpoints is not None and u.endpoints.load_metrics
+    }
+
+
+def _saturation(gate: Any, scraper: VllmLoadScraper, sequence_slots: int) -> Callable[[Mapping[str, LoadReport]], None]:
+    """After each round of reads: the replicas with no room by their own account, to the gate."""
+    def told(reports: Mapping[str, LoadReport]) -> None:
+        gate.set_saturated(scraper.upstream,
+                           saturated_replicas(reports, scraper.now(), scraper.interval, sequence_slots))
+
+    return told
+
+
+async def _start_load_scrapers(container: Container) -> None:
+    """Start every load reader (after the discovery watch's first answers) and export its gauges."""
+    config, gate, metrics = container.config(), container.gate(), container.metrics()
+    for name, scraper in container.load_scrapers().items():
+        endpoints = config.upstreams[name].endpoints
+        assert endpoints is not None
+        if metrics.replicas is not None:
+            metrics.replicas.watch_load(name, scraper)
+        await scraper.start(_saturation(gate, scraper, endpoints.sequence_slots))
 
 
 async def _upstream_sessions(
@@ -347,6 +403,7 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
             await gate.start()
             replicas = container.replica_watch()
             await replicas.start()  # the first answers reach the gate before the first request
+            await _start_load_scrapers(container)
             for counter in counters:
                 await counter.start()
             status = container.status_board()
@@ -358,6 +415,8 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
                 for counter in counters:
                     await counter.close()
                 await replicas.close()
+                await asyncio.gather(*(scraper.close() for scraper in container.load_scrapers().values()))
+                container.replica_care().close()
                 await gate.close()
                 affinity = container.affinity_store()
                 if affinity is not None:
@@ -409,23 +468,27 @@ class Container(containers.DeclarativeContainer):
     upstream_sessions = providers.Resource(_upstream_sessions, config, sessions)
     replica_sessions = providers.Singleton(_replica_sessions, config)
     upstreams = providers.Singleton(_upstream_clients, config, sessions, tracing, replica_sessions)
-    replica_watch = providers.Singleton(_replica_watch, config, gate, replica_sessions)
+    metrics = providers.Singleton(_metrics, config, gate)
+    # Replica health (outlier ejection, the one safe retry) and the replicas' own load.
+    replica_care = providers.Singleton(_replica_care, config, gate, clock, metrics)
+    load_scrapers = providers.Singleton(_load_scrapers, config, gate, replica_sessions)
+    replica_watch = providers.Singleton(_replica_watch, config, gate, replica_sessions, replica_care, load_scrapers)
     usage = providers.Singleton(lambda c: _usage_ledger(c), config)
     consumer_concurrency = providers.Singleton(lambda c: _consumer_concurrency(c), config)
     consumer_limits = providers.Singleton(_consumer_limits, config, usage, consumer_concurrency)
     affinity_store = providers.Singleton(lambda c: _affinity_store(c), config)
     affinity = providers.Singleton(lambda c, store: Affinity(store, _affinity_upstreams(c)), config, affinity_store)
     service = providers.Singleton(
-        lambda c, router, upstreams, gate, clock, tracing, consumers, affinity: ChatService(
-            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers, affinity
+        lambda c, router, upstreams, gate, clock, tracing, consumers, affinity, care: ChatService(
+            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers, affinity, care
         ),
-        config, router, upstreams, gate, clock, tracing, consumer_limits, affinity,
+        config, router, upstreams, gate, clock, tracing, consumer_limits, affinity, replica_care,
     )
-    # Text completions and embeddings: the same upstream clients, gates and consumer limits.
-    completions = providers.Singleton(CompletionService, router, upstreams, gate, clock, tracing, consumer_limits,
-                                      affinity)
-    embeddings = providers.Singleton(EmbeddingService, router, upstreams, gate, clock, tracing, consumer_limits)
-    metrics = providers.Singleton(_metrics, config, gate)
+    # Text completions and embeddings: the same upstream clients, gates, consumer limits and replica care.
+    completions = providers.Singleton(
+        CompletionService, router, upstreams, gate, clock, tracing, consumer_limits, affinity, replica_care)
+    embeddings = providers.Singleton(
+        EmbeddingService, router, upstreams, gate, clock, tracing, consumer_limits, replica_care)
     status_board = providers.Singleton(_status_board, config, gate, metrics, clock, lifecycle, credentials)
     ops_app = providers.Singleton(
         lambda metrics, lifecycle, status, watch: ops_app(metrics.render, lifecycle.ready, status,

@@ -7,13 +7,15 @@ the slot back on every path) happens here, once, for all of them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
 from application.affinity import Affinity
 from application.consumer_limits import ConsumerLimits, Door
-from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, to_replica, unless_lost
+from application.replica_care import ReplicaCare
+from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
@@ -34,7 +36,7 @@ class ChatService:
     back and aborts the upstream call.
     """
 
-    __slots__ = ("_affinity", "_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_affinity", "_care", "_consumers", "_router", "_slots", "_upstreams")
 
     def __init__(
         self,
@@ -46,12 +48,14 @@ class ChatService:
         tracer: Tracer | None = None,
         consumers: ConsumerLimits | None = None,
         affinity: Affinity | None = None,
+        care: ReplicaCare | None = None,
     ) -> None:
         self._router = router
         self._affinity = affinity or Affinity()
         self._consumers = consumers or ConsumerLimits()
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer, queue_update_interval)
+        self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
 
     def models(self) -> list[str]:
         return self._router.models()
@@ -75,9 +79,9 @@ class ChatService:
                                                     wish.max_extra)
             turn.reached_upstream = True
             try:
-                await self._affinity.granted(upstream, wish, lease)
-                call = self._upstreams[upstream].complete(request, **to_replica(lease, record))
-                response = await unless_lost(call, lease.lost)
+                call = functools.partial(self._upstreams[upstream].complete, request)
+                response = await self._care.call(upstream, lease, record, call)
+                await self._affinity.granted(upstream, wish, lease)  # where it was served (after a retry, too)
             finally:
                 await lease.release()
             usage = response.usage
@@ -131,8 +135,9 @@ class ChatService:
             meter = turn.meter
             turn.reached_upstream = True
             try:
-                await self._affinity.granted(upstream, wish, lease)
-                async with self._upstreams[upstream].open_stream(request, **to_replica(lease, record)) as batches:
+                opener = functools.partial(self._upstreams[upstream].open_stream, request)
+                async with self._care.open(upstream, lease, record, opener) as batches:
+                    await self._affinity.granted(upstream, wish, lease)
                     async for batch in batches:
                         if lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)

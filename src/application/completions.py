@@ -8,13 +8,15 @@ aborts the upstream call, and a lease lost to the shared ledger aborts the call.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
 from application.affinity import Affinity
 from application.consumer_limits import ConsumerLimits
-from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted, to_replica, unless_lost
+from application.replica_care import ReplicaCare
+from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChunkBatch, StreamChunk, TextPart, UsageReport
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.consumers import ANONYMOUS, Consumer
@@ -31,16 +33,17 @@ from ports.upstream import CompletionClient, EmbeddingClient
 class CompletionService:
     """Serves text completions (plain and streamed)."""
 
-    __slots__ = ("_affinity", "_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_affinity", "_care", "_consumers", "_router", "_slots", "_upstreams")
 
     def __init__(self, router: ModelRouter, upstreams: Mapping[str, CompletionClient], gate: AdmissionGate,
                  clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None,
-                 affinity: Affinity | None = None) -> None:
+                 affinity: Affinity | None = None, care: ReplicaCare | None = None) -> None:
         self._router = router
         self._affinity = affinity or Affinity()
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer)
         self._consumers = consumers or ConsumerLimits()
+        self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
 
     async def complete(self, request: CompletionRequest, record: RequestRecord | None = None,
                        consumer: Consumer = ANONYMOUS) -> Completion:
@@ -51,9 +54,9 @@ class CompletionService:
                                                     wish.max_extra)
             turn.reached_upstream = True
             try:
-                await self._affinity.granted(upstream, wish, lease)
-                call = self._upstreams[upstream].complete_text(request, **to_replica(lease, record))
-                answer = await unless_lost(call, lease.lost)
+                call = functools.partial(self._upstreams[upstream].complete_text, request)
+                answer = await self._care.call(upstream, lease, record, call)
+                await self._affinity.granted(upstream, wish, lease)  # where it was served (after a retry, too)
             finally:
                 await lease.release()
             if answer.usage.input_tokens or answer.usage.output_tokens:
@@ -75,8 +78,9 @@ class CompletionService:
             lost, meter = lease.lost, turn.meter
             turn.reached_upstream = True
             try:
-                await self._affinity.granted(upstream, wish, lease)
-                async with self._upstreams[upstream].open_text_stream(request, **to_replica(lease, record)) as batches:
+                opener = functools.partial(self._upstreams[upstream].open_text_stream, request)
+                async with self._care.open(upstream, lease, record, opener) as batches:
+                    await self._affinity.granted(upstream, wish, lease)
                     async for batch in batches:
                         if lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
@@ -92,14 +96,16 @@ class CompletionService:
 class EmbeddingService:
     """Serves embeddings; the inputs' tokens count for the consumer's limits."""
 
-    __slots__ = ("_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_care", "_consumers", "_router", "_slots", "_upstreams")
 
     def __init__(self, router: ModelRouter, upstreams: Mapping[str, EmbeddingClient], gate: AdmissionGate,
-                 clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None) -> None:
+                 clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None,
+                 care: ReplicaCare | None = None) -> None:
         self._router = router
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer)
         self._consumers = consumers or ConsumerLimits()
+        self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
 
     async def embed(self, request: EmbeddingRequest, record: RequestRecord | None = None,
                     consumer: Consumer = ANONYMOUS) -> Embeddings:
@@ -108,8 +114,8 @@ class EmbeddingService:
             lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
             try:
-                call = self._upstreams[upstream].embed(request, **to_replica(lease, record))
-                answer = await unless_lost(call, lease.lost)
+                call = functools.partial(self._upstreams[upstream].embed, request)
+                answer = await self._care.call(upstream, lease, record, call)
             finally:
                 await lease.release()
             if answer.usage.input_tokens:

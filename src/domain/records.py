@@ -26,6 +26,9 @@ class RequestRecord(Struct, kw_only=True):
     upstream_model: str | None = None
     # The replica the request was bound to at admission (`host:port`; `[endpoints]` only).
     endpoint: str | None = None
+    # The replica a failed first call went to, when the one safe retry sent the request to
+    # `endpoint` instead (`host:port`; docs/operations.md "Replica health, load and affinity").
+    retried_from: str | None = None
     stream: bool = False
     error_kind: str | None = None
     client_gone: bool = False

@@ -17,6 +17,8 @@ from adapters.inbound.operations import ops_app
 from adapters.outbound.replica_discovery import ReplicaWatch, StaticReplicas
 from config import load_config_text
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk, TextDelta, TextPart, Usage
+from domain.errors import UpstreamUnavailable
+from domain.upstream_failures import FailureKind
 from ports.discovery import ReadyListener
 
 A, B = "http://10.0.0.1:8080", "http://10.0.0.2:8080"
@@ -33,6 +35,7 @@ queue_timeout_seconds = 5
 urls = ["{A}", "{B}"]
 sequence_slots = 4
 max_in_flight = 4
+load_metrics = false  # the replicas are fake addresses: nothing is read from them
 
 [upstreams.plain]
 url = "http://127.0.0.1:10"
@@ -86,6 +89,8 @@ async def test_requests_are_sent_to_the_replicas_the_gate_binds_and_every_view_s
     assert [getattr(r, "endpoint", None) for r in seen] == ["10.0.0.1:8080", "10.0.0.2:8080"] * 2 + [None]
     assert 'gateway_upstream_endpoints{state="ready",upstream="up"} 2.0' in page
     assert 'gateway_upstream_endpoints{state="draining",upstream="up"} 0.0' in page
+    assert 'gateway_upstream_endpoints{state="ejected",upstream="up"} 0.0' in page
+    assert 'gateway_endpoint_ejections_total{endpoint="10.0.0.1:8080",upstream="up"} 0.0' in page
     assert 'gateway_endpoint_requests_total{endpoint="10.0.0.1:8080",upstream="up"} 2.0' in page
     assert 'gateway_endpoint_in_flight{endpoint="10.0.0.2:8080",upstream="up"} 0.0' in page
     assert 'upstream="plain"' not in "".join(line for line in page.splitlines() if "endpoint" in line)
@@ -93,6 +98,38 @@ async def test_requests_are_sent_to_the_replicas_the_gate_binds_and_every_view_s
     assert by_name["plain"] == []
     assert by_name["up"] == [{"address": A, "state": "ready", "in_flight": 0, "limit": 4},
                              {"address": B, "state": "ready", "in_flight": 0, "limit": 4}]
+
+
+class RefusingA(ReplicaNotingClient):
+    """Every call on replica A is refused (nothing reached it); B answers."""
+
+    async def complete(self, request: ChatRequest, replica: str | None = None) -> ChatResponse:
+        if replica == A:
+            self.replicas.append(replica)
+            raise UpstreamUnavailable("unreachable", failure=FailureKind.CONNECT)
+        return await super().complete(request, replica)
+
+
+async def test_a_refused_call_is_retried_on_the_other_replica_and_enough_of_them_eject_it() -> None:
+    text = CONFIG.replace("load_metrics = false", "load_metrics = false\nconsecutive_failures = 2")
+    container = bootstrap.Container(config=load_config_text(text))
+    client = RefusingA()
+    container.upstreams.override(providers.Object({"up": client, "plain": ReplicaNotingClient()}))
+    seen: list[object] = []
+    container.request_log.override(providers.Object(_Records(seen)))
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with AsyncTestClient(container.app()) as http:
+        for _ in range(6):
+            assert (await http.post("/v1/chat/completions", json=chat)).status_code == 200
+        async with AsyncTestClient(container.ops_app()) as ops:
+            page = (await ops.get("/metrics")).text
+    # A refuses, B answers (the move made B the last pick, so A is next); A refuses again and is
+    # ejected (its 2nd failure in a row), B answers; B gets the rest.
+    assert client.replicas == [A, B, A, B, B, B, B, B]
+    assert [getattr(r, "retried_from", None) for r in seen] == ["10.0.0.1:8080"] * 2 + [None] * 4
+    assert {getattr(r, "endpoint", None) for r in seen} == {"10.0.0.2:8080"}
+    assert 'gateway_upstream_endpoints{state="ejected",upstream="up"} 1.0' in page
+    assert 'gateway_endpoint_ejections_total{endpoint="10.0.0.1:8080",upstream="up"} 1.0' in page
 
 
 class _Records:
@@ -157,3 +194,13 @@ async def test_readyz_names_an_upstream_without_a_ready_replica_and_stays_ready(
     async with AsyncTestClient(draining) as client:
         assert (await client.get("/readyz")).status_code == 503
     await asyncio.sleep(0)
+
+
+def test_importing_the_composition_root_loads_no_prometheus_client() -> None:
+    """With several workers, prometheus_client's multiprocess mode is chosen at its import, after
+    `serve` has set the metrics directory: the load reader (its text parser) is imported late."""
+    import subprocess
+    import sys
+
+    code = "import sys, bootstrap; sys.exit('prometheus_client' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -25,7 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from adapters.outbound.replica_metrics import EndpointMetrics
+from adapters.outbound.replica_metrics import EndpointMetrics, ReplicaMetrics
 from domain.consumers import ANONYMOUS
 from domain.errors import OVERLOAD_KINDS
 from domain.records import RequestRecord
@@ -99,7 +99,8 @@ class PrometheusMetrics:
 
     `redis_health` (the Redis gate's `health`) adds `gateway_redis_reachable` and
     `gateway_lease_heartbeat_failures_total`; `multiprocess_dir` is set with several workers;
-    `replica_upstreams` (those with `[endpoints]`) adds the per-replica series (`EndpointMetrics`).
+    `replica_upstreams` (those with `[endpoints]`) adds the per-replica series (`EndpointMetrics`,
+    and `replicas`: `ReplicaMetrics`).
     """
 
     def __init__(self, gate: AdmissionGate, *, redis_health: Any = None, multiprocess_dir: str | None = None,
@@ -164,8 +165,11 @@ class PrometheusMetrics:
         self._wait_children: dict[tuple[str, str], Any] = {}  # (upstream, consumer)
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._endpoints: EndpointMetrics | None = None
+        # The replicas' own load and their ejections (`[endpoints]`): fed by bootstrap's wiring.
+        self.replicas: ReplicaMetrics | None = None
         if replica_upstreams:
             self._endpoints = EndpointMetrics(gate, replica_upstreams, r, self._page)
+            self.replicas = ReplicaMetrics(r, self._page)
         # (consumer, surface, status) -> the consumer's request counter and its two token
         # counters: consumers come from the keys file (bounded); cleared past _MAX_CONSUMER_CHILDREN.
         self._consumer_children: dict[tuple[str, str, int], tuple[Any, Any, Any]] = {}

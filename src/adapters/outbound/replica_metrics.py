@@ -7,7 +7,7 @@ scrape time, and the ejections counted as they happen."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -38,8 +38,7 @@ class _EndpointCollector(Collector):
                 counts[replica.state] += 1
                 in_flight.add_metric([upstream, endpoint_of(replica.address)], replica.in_flight)
             for state, count in counts.items():
-                if state is not ReplicaState.EJECTED or count:  # ejection (issue 23) adds its series when used
-                    states.add_metric([upstream, state.value], count)
+                states.add_metric([upstream, state.value], count)
         yield states
         yield in_flight
 
@@ -91,12 +90,28 @@ class _LoadCollector(Collector):
 
 
 class ReplicaMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    """The load gauges (on `page`, the registry a scrape reads: each process shows the reports it
+    read) and `gateway_endpoint_ejections_total` (a counter in `registry`: with several workers,
+    in every worker's files)."""
+
+    def __init__(self, registry: CollectorRegistry, page: CollectorRegistry | None = None) -> None:
         self._load = _LoadCollector()
-        registry.register(self._load)
+        (page or registry).register(self._load)
         self._ejections = Counter(
             "gateway_endpoint_ejections", "Replicas ejected for consecutive failures", ["upstream", "endpoint"],
             registry=registry)
+        self._known: set[tuple[str, str]] = set()
+
+    def endpoints_known(self, upstream: str, addresses: Iterable[str]) -> None:
+        """Replicas discovery answered: their ejection counters exist from then on, at 0 (so
+        `increase()` sees the first one)."""
+        for address in addresses:
+            key = (upstream, endpoint_of(address))
+            if key not in self._known:
+                if len(self._known) >= 4096:  # replicas come and go with DNS: the set stays bounded
+                    self._known.clear()
+                self._known.add(key)
+                self._ejections.labels(*key)
 
     def watch_load(self, upstream: str, source: LoadReports) -> None:
         """Export `gateway_endpoint_reported` and `gateway_endpoint_report_age_seconds` for `upstream`."""

@@ -46,7 +46,7 @@ async def test_dns_records_are_the_replicas_as_they_come_and_go(procs: Processes
             "reasoning", dns=NAME, port=port, nameservers=[dns.nameserver], refresh=REFRESH, slots=4, cap=2)
         gw = procs.gateway(toml)
         async with http_client() as c:
-            assert await states(c, gw) == {"ready": 2.0, "draining": 0.0}
+            assert await states(c, gw) == {"ready": 2.0, "draining": 0.0, "ejected": 0.0}
 
             # Both replicas get traffic; 4 slots are all two replicas hold, so 2 of 6 wait.
             first = [asyncio.create_task(call(c, gw, "v1" if i % 2 else "llm", "reasoning")) for i in range(6)]
@@ -72,12 +72,13 @@ async def test_dns_records_are_the_replicas_as_they_come_and_go(procs: Processes
             replies = await asyncio.gather(*second, *later)
             assert [r.status for r in replies] == [200] * 10
             assert counts(logs)[HOSTS[0]] == before
-            await until(lambda: _states_are(c, gw, {"ready": 2.0, "draining": 0.0}), "the drained one is forgotten")
+            await until(lambda: _states_are(c, gw, {"ready": 2.0, "draining": 0.0, "ejected": 0.0}),
+                        "the drained one is forgotten")
 
             # An empty answer: no ready replica; requests wait, then 503 + Retry-After; /readyz
             # names the upstream and stays ready.
             dns.set(NAME, [])
-            await until(lambda: _states_are(c, gw, {"ready": 0.0, "draining": 0.0}), "no replica",
+            await until(lambda: _states_are(c, gw, {"ready": 0.0, "draining": 0.0, "ejected": 0.0}), "no replica",
                         timeout=REFRESH + 1)
             ready = await c.get(gw.ops_url + "/readyz")
             assert ready.status_code == 200 and "upstream reasoning: no ready replica" in ready.text

@@ -73,7 +73,7 @@ async def test_two_replicas_each_get_at_most_their_slots_and_none_queues_inside(
     assert {labels["endpoint"]: v for name, labels, v in page if name == "gateway_endpoint_in_flight"} == dict.fromkeys(
         endpoints, 0.0)
     states = {labels["state"]: v for name, labels, v in page if name == "gateway_upstream_endpoints"}
-    assert states == {"ready": 2.0, "draining": 0.0}
+    assert states == {"ready": 2.0, "draining": 0.0, "ejected": 0.0}
     [upstream] = status["upstreams"]
     assert sorted(r["address"] for r in upstream["replicas"]) == sorted(s.url for s in stubs)
     assert {(r["state"], r["in_flight"], r["limit"]) for r in upstream["replicas"]} == {("ready", 0, 4)}
