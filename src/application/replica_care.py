@@ -156,7 +156,7 @@ class ReplicaCare:
         reported; once more on another replica after a failure that is safe to retry. Without a
         replica (no `[endpoints]`): `call()` as it is."""
         if getattr(lease, "replica", None) is None:  # a gate without [endpoints] binds none
-            return unless_lost(call(), lease.lost)
+            return unless_lost(call(), lease)
         return self._call_on_replica(upstream, lease, record, call)
 
     def open(
@@ -177,7 +177,7 @@ class ReplicaCare:
             target = to_replica(lease, record)
             replica = target["replica"]
             try:
-                result = await unless_lost(call(**target), lease.lost)
+                result = await unless_lost(call(**target), lease)
             except GatewayError as error:
                 self.failed(upstream, replica, error.failure)
                 if attempt == 2 or not await self._moved(lease, error, replica, record):

@@ -35,6 +35,9 @@ class SlotLease(Protocol):
     # Set when the slot is no longer this process's (a shared ledger fenced it): work on
     # it must stop, or the cap would be exceeded. Never set by a one-process gate.
     lost: asyncio.Event
+    # True when `lost` can ever be set (a lease in a shared ledger); False lets a caller skip
+    # watching it (the watch costs a task per call).
+    losable: bool
     slots: int  # sequence slots this lease holds (k >= 1)
     # The replica bound at admission (its base URL, e.g. "http://127.0.0.2:8080"); None
     # for an upstream without [endpoints].

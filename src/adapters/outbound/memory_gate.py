@@ -65,6 +65,7 @@ class _Lease:
 
     __slots__ = ("_gate", "_released", "_ticket", "_up", "lost", "replica", "slots")
     queued = False
+    losable = False  # one process holds every slot it counts
 
     def __init__(
         self, gate: InMemoryAdmissionGate, up: _Upstream, ticket: int, slots: int = 1, replica: str | None = None,

@@ -31,6 +31,7 @@ from ports.admission import GateSnapshot
 
 class FakeLease:
     queued = False
+    losable = False
 
     def __init__(self, gate: FakeGate) -> None:
         self.lost = asyncio.Event()  # a one-process gate never loses a slot
@@ -272,6 +273,7 @@ class FencedGate(FakeGate):
     async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1) -> FakeLease | FakeTicket:
         lease = await super().enter(upstream, consumer)
         lease.lost = self.lost  # type: ignore[union-attr]
+        lease.losable = True  # type: ignore[union-attr]
         return lease
 
 

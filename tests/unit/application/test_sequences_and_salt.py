@@ -31,6 +31,7 @@ SALTED = Consumer(name="alice", cache_salt="s" * 43, limits=Limits(tokens_per_mi
 
 class Lease:
     queued = False
+    losable = False
 
     def __init__(self, gate: SlotsGate, slots: int) -> None:
         self.gate, self.slots, self.lost = gate, slots, asyncio.Event()

@@ -55,6 +55,7 @@ def frames(data: bytes) -> list[bytes]:
 
 class FakeLease:
     queued = False
+    losable = False
 
     def __init__(self, gate: FakeGate) -> None:
         self.lost = asyncio.Event()  # a one-process gate never loses a slot

@@ -49,6 +49,7 @@ class RedisLease:
 
     __slots__ = ("_gate", "_released", "granted_at", "lost", "owner", "replica", "slots", "token", "up")
     queued = False
+    losable = True  # fencing hands a lapsed process's slots to others
 
     def __init__(
         self, gate: LedgerCore, up: Upstream, token: str, owner: str, now: float,
@@ -124,6 +125,7 @@ class OpenLease:
 
     __slots__ = ("_gate", "_released", "lost", "replica", "slots", "up")
     queued = False
+    losable = False
 
     def __init__(self, gate: LedgerCore, up: Upstream, slots: int = 1) -> None:
         self._gate, self.up, self._released = gate, up, False
