@@ -254,13 +254,12 @@ async def test_nothing_to_move_without_replicas_or_once_released(make_gate: Make
 # -- Redis only: two processes, the move's idempotence, Redis down ------------------------------
 
 
-def redis_only(make_gate: MakeGate) -> None:
-    if make_gate.kind == "memory":  # type: ignore[attr-defined]
-        pytest.skip("one process by design")
+# the fixture's Redis kinds only (one process's gate has no second process to share with)
+redis_only = pytest.mark.parametrize("make_gate", ["redis", "cluster"], indirect=True)
 
 
+@redis_only
 async def test_two_processes_see_one_move_and_keep_their_own_health_views(make_gate: MakeGate) -> None:
-    redis_only(make_gate)
     a = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], depth=16)
     b = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], depth=16)
     mine = await a.enter("up", prefer=[A])
@@ -285,8 +284,8 @@ async def test_two_processes_see_one_move_and_keep_their_own_health_views(make_g
     await release_all(a, mine, filler, theirs, on_b, lease)
 
 
+@redis_only
 async def test_two_processes_move_and_promote_across_processes(make_gate: MakeGate) -> None:
-    redis_only(make_gate)
     a = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], depth=16, **NO_FALLBACK)
     b = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C], depth=16, **NO_FALLBACK)
     on_a = await a.enter("up", prefer=[A])
@@ -307,9 +306,9 @@ async def test_two_processes_move_and_promote_across_processes(make_gate: MakeGa
     await release_all(a, on_a, on_c, lease, on_b, extra)
 
 
+@redis_only
 async def test_the_move_script_is_idempotent_per_token_and_source(make_gate: MakeGate) -> None:
     """A retried call (redis-py retries once after a dropped connection) must not move twice."""
-    redis_only(make_gate)
     gate = await ready(make_gate, cap=6, limit=2, replicas=[A, B, C])
     lease = await gate.enter("up")
     assert lease.replica == A
@@ -327,8 +326,8 @@ async def test_the_move_script_is_idempotent_per_token_and_source(make_gate: Mak
     assert counts(gate) == {A: 0, B: 0, C: 0}
 
 
+@redis_only
 async def test_a_move_with_redis_unreachable_is_admission_unavailable(make_gate: MakeGate) -> None:
-    redis_only(make_gate)
     gate = await ready(make_gate, cap=4, limit=2, replicas=[A, B])
     lease = await gate.enter("up")
     script = gate._scripts["move"]
