@@ -87,3 +87,22 @@ async def test_nothing_is_invented_when_the_upstream_does_not_report_it(
     assert answer.usage is not None and answer.usage.prompt_tokens_details is None
     message = await claude.messages.create(model="plain", max_tokens=16, messages=conversation("none"))
     assert message.usage.cache_read_input_tokens is None and message.usage.input_tokens == answer.usage.prompt_tokens
+
+
+async def test_responses_name_cached_tokens_inside_input_tokens(oai: openai.AsyncOpenAI) -> None:
+    def turn(question: str) -> Any:
+        return [{"role": "user", "content": f"responses {WORDS}"}, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": question}]  # fmt: skip
+
+    first = await oai.responses.create(model="cached", input=turn("and then?"))
+    again = await oai.responses.create(model="cached", input=turn("and now?"))
+    assert first.usage is not None and first.usage.input_tokens_details.cached_tokens == 0
+    assert again.usage is not None
+    cached = again.usage.input_tokens_details.cached_tokens
+    assert 160 <= cached < again.usage.input_tokens  # OpenAI counts them inside input_tokens
+    streamed = None
+    async with oai.responses.stream(model="cached", input=turn("and so?")) as stream:
+        async for _ in stream:
+            pass
+        streamed = await stream.get_final_response()
+    assert streamed.usage is not None and streamed.usage.input_tokens_details.cached_tokens == cached

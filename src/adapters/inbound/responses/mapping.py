@@ -175,8 +175,11 @@ def outcome(reason: FinishReason) -> tuple[str, o.IncompleteDetails | None]:
 
 
 def usage_out(usage: Usage) -> o.ResponseUsage:
-    return o.ResponseUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                           total_tokens=usage.input_tokens + usage.output_tokens)
+    """OpenAI counts cached prompt tokens inside `input_tokens` and names them in
+    `input_tokens_details.cached_tokens` (vLLM's prefix-cache hits, when it reports them)."""
+    details = o.InputTokensDetails(cached_tokens=usage.cached_tokens or 0)
+    return o.ResponseUsage(input_tokens=usage.input_tokens, input_tokens_details=details,
+                           output_tokens=usage.output_tokens, total_tokens=usage.input_tokens + usage.output_tokens)
 
 
 def function_call(template: o.ResponseObject, tools: Toolset, index: int, call_id: str, offered: str,
