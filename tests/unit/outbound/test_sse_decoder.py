@@ -115,3 +115,28 @@ def test_generated_streams(events: list[tuple[list[str], bool, bool, bytes]], da
     chunks = [raw[a:b] for a, b in itertools.pairwise(bounds)]
     assert feed_all([raw]) == expected
     assert feed_all(chunks) == expected
+
+
+@given(st.lists(_event, min_size=1, max_size=12), st.data())
+def test_reads_of_whole_events_match_the_general_parse(
+    events: list[tuple[list[str], bool, bool, bytes]], data: st.DataObject
+) -> None:
+    """Reads that end on an event's end (the usual case, taken by one split when every event
+    is one `data: ` line) give what the line-by-line parse gives."""
+    frames: list[bytes] = []
+    for lines, comment, named, eol in events:
+        frame = (b": note" + eol if comment else b"") + (b"event: chunk" + eol if named else b"")
+        frames.append(frame + b"".join(b"data: " + line.encode() + eol for line in lines) + eol)
+    cuts = sorted(data.draw(st.sets(st.integers(min_value=1, max_value=len(frames)))) | {len(frames)})
+    reads = [b"".join(frames[a:b]) for a, b in itertools.pairwise([0, *cuts])]
+    assert feed_all(reads) == feed_all([bytes([b]) for b in b"".join(frames)])
+
+
+def test_a_read_of_plain_events_then_one_of_other_shapes() -> None:
+    decoder = SseDecoder()
+    assert decoder.feed(b"data: a\n\ndata: b\n\n") == [b"a", b"b"]
+    assert decoder.feed(b"data: c\n\n: note\n\ndata: d\r\n\r\n") == [b"c", b"d"]
+    assert decoder.feed(b"data: e\n\n\n") == [b"e"]  # a blank line after: nothing more
+    assert decoder.feed(b"data: f\n\n") == [b"f"]
+    assert decoder.feed(b"data: g\ndata: h\n\n") == [b"g\nh"]
+    assert decoder.pending == 0

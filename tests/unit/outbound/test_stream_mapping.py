@@ -240,3 +240,45 @@ def test_transport_failure_after_finish_is_ignored() -> None:
 )
 def test_map_finish(finish: str, stop_reason: str | int | None, tools: bool, expected: Finish) -> None:
     assert map_finish(finish, stop_reason, tools) == expected
+
+
+_FIRST = b'{"id":"c1","model":"m","created":5,"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'
+
+
+@pytest.mark.parametrize(
+    ("payload", "events"),
+    [
+        (b'{"object":"error","message":"too long","type":"BadRequestError","code":400}',
+         [StreamError(kind="upstream-rejected", message="too long", status=400)]),
+        (b'{"error":{"message":"boom","type":"InternalServerError","code":500}}',
+         [StreamError(kind="upstream-error", message="boom", status=500)]),
+        (b'{"error":"bare"}',
+         [StreamError(kind="upstream-error", message="upstream reported an error mid-stream", status=502)]),
+        (b"[DONE]", [NO_FINISH]),
+        (b'{"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":{"content":"a"}}]}',
+         [TextDelta(text="a")]),
+        (b'{"choices":[{"index":0,"delta":{"content":"a","reasoning":"r"}}]}',
+         [ThinkingDelta(text="r"), TextDelta(text="a")]),
+        (b'{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}],'
+         b'"usage":{"prompt_tokens":2,"completion_tokens":3}}',
+         [TextDelta(text="a"), Finish(reason="end_turn"), usage(2, 3)]),
+        (b'{"choices":[{"index":0,"delta":{},"finish_reason":"abort"}],"usage":{"prompt_tokens":2,"completion_tokens":3}}',
+         [usage(2, 3), StreamError(kind="upstream-error",
+                                   message="upstream ended the generation with finish_reason 'abort'", status=502)]),
+        (b'{"choices":[]}', []),
+    ],
+)
+def test_payloads_after_the_first_map_as_the_first_would(payload: bytes, events: list[object]) -> None:
+    """After the first payload a narrower view is decoded: errors, [DONE], other choices,
+    reasoning, a finish with usage map the same as they do in the first payload."""
+    mapper = StreamMapper()
+    assert mapper.feed(_FIRST) is not None and mapper.phase is Phase.OPEN
+    chunk = mapper.feed(payload)
+    assert chunk is not None and chunk.events == events
+
+
+def test_a_malformed_payload_after_the_first_is_an_error_without_native() -> None:
+    mapper = StreamMapper()
+    mapper.feed(_FIRST)
+    chunk = mapper.feed(b'{"choices": [')
+    assert chunk is not None and chunk.native is None and mapper.phase is Phase.FAILED

@@ -8,7 +8,6 @@ request waits for a slot, otherwise `message_start`. Once sent, failures become
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -29,6 +28,7 @@ from adapters.inbound.anthropic.mapping import (
     encode_models,
     encode_token_count,
 )
+from adapters.inbound.anthropic.pump import END, PING_DUE, Pump
 from adapters.inbound.anthropic.rate_headers import rate_limit_header_map
 from adapters.inbound.anthropic.stream import KEEP_ALIVE, PING, AnthropicStream, queue_comment, queue_frame
 from domain.canonical import QueuePosition, StreamError
@@ -134,14 +134,14 @@ async def _frames(
 
     Before the first item nothing is sent, and a failure is raised (its own status).
     After it, `interval` seconds without an item yield a ping inside the message, a
-    keep-alive comment before it (queued). The next item is awaited in a task of its
-    own that a ping never cancels (cancelling would close the service stream); a
-    hang-up cancels it, which closes the service stream and frees the slot.
+    keep-alive comment before it (queued). The items are then read in a task of their
+    own (`Pump`) that a ping never cancels (cancelling would close the service stream);
+    a hang-up cancels it, which closes the service stream and frees the slot.
     """
     record = call.record
     admitted = started = False
     held: list[bytes] = []  # the closing frames, sent with the terminal ones
-    pending: asyncio.Future[Any] | None = None
+    pump: Pump | None = None
     try:
         try:
             while True:
@@ -151,19 +151,14 @@ async def _frames(
                     except StopAsyncIteration:
                         break
                 else:
-                    if pending is None:
-                        pending = asyncio.ensure_future(items.__anext__())
-                    done, _ = await asyncio.wait((pending,), timeout=interval)
-                    if not done:
+                    if pump is None:
+                        pump = Pump(items, interval)
+                    item = await pump.next()
+                    if item is PING_DUE:
                         yield PING if machine.in_message else KEEP_ALIVE
                         continue
-                    task, pending = pending, None
-                    try:
-                        item = task.result()
-                    except StopAsyncIteration:
+                    if item is END:
                         break
-                    finally:  # the finished task (its StopAsyncIteration's traceback holds this frame)
-                        task = done = None  # type: ignore[assignment]
                 if type(item) is QueuePosition:
                     if not admitted:
                         started = True
@@ -188,14 +183,18 @@ async def _frames(
                 raise
             yield stream_failure(error, ERRORS, request)
             return
+        if pump is not None:
+            await pump.stop()  # ended early (a failure closed the message): the service stream closes now
         held += machine.finish()
         _record_end(call, machine)
         if not started and machine.failure is not None and not machine.message_started:
             raise _failure(machine.failure)
         yield b"".join(held)
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()  # its cancellation closes the service stream, in that task
+        if pump is not None:
+            # Ended, left or stalled (the middleware closes this generator): the pump's task
+            # stops reading and closes the service stream, which frees the slot, before this returns.
+            await pump.stop()
         else:
             await items.aclose()  # type: ignore[attr-defined]
 

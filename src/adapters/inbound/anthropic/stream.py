@@ -153,7 +153,12 @@ class AnthropicStream:
         """The frames of several events (one upstream chunk), to be sent together."""
         out: list[bytes] = []
         for event in events:
-            _HANDLERS[type(event)](self, event, out)
+            kind = type(event)
+            if kind is TextDelta and self.phase is Phase.TEXT:  # the usual event: a text block is open
+                if event.text:  # type: ignore[union-attr]
+                    out.append(b"".join((self._delta, _encode(event.text), _END_DELTA)))  # type: ignore[union-attr]
+            else:
+                _HANDLERS[kind](self, event, out)
         return out
 
     def finish(self) -> list[bytes]:

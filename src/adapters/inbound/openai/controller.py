@@ -174,7 +174,7 @@ async def _frames(
                 first = False
                 _raise_early_failure(batch[0])  # nothing sent yet: the failure gets its own status
                 call.record.first_token_seconds = call.elapsed()
-            data = b"".join([writer.feed(chunk) for chunk in batch])
+            data = writer.feed(batch[0]) if len(batch) == 1 else b"".join([writer.feed(chunk) for chunk in batch])
             if held is not None:
                 data, held = held + data, None
             if writer.error is not None:

@@ -66,17 +66,15 @@ class ChunkWriter:
         if self.phase is Phase.CLOSED:
             return b""
         native = chunk.native
-        relay = native is not None and native.format == NATIVE_FORMAT
-        events = chunk.events
-        usage_only = bool(events)
+        if native is not None and native.format == NATIVE_FORMAT:
+            return self._relay(chunk.events, native.data)
         frames: list[bytes] = []
-        for event in events:
+        for event in chunk.events:
             if isinstance(event, UsageReport):
                 self.usage = event.usage
-                if not relay and self.include_usage:
+                if self.include_usage:
                     frames.append(self._frame([], usage_out(event.usage)))
                 continue
-            usage_only = False
             if isinstance(event, StreamError):
                 self.error = event
                 self.phase = Phase.CLOSED
@@ -85,14 +83,35 @@ class ChunkWriter:
                 self.finish_reason = event.reason
             elif isinstance(event, MessageStart):
                 self._rename = event.model != self._model
-            if not relay:
-                frames.append(self._encode(event))
-        if native is not None and relay:
-            if usage_only and not self.include_usage:
-                return b""
-            data = renamed(native.data, self._model) if self._rename else native.data
-            return b"data: " + data + b"\n\n"
+            frames.append(self._encode(event))
         return b"".join(frames)
+
+    def _relay(self, events: list[StreamEvent], data: bytes) -> bytes:
+        """The upstream's own frame (its model renamed for an alias), after noting what the
+        record and the stream's end need from its events; none for a usage-only frame the
+        client did not ask for."""
+        usage_only = bool(events)
+        for event in events:
+            kind = type(event)
+            if kind is TextDelta:  # the usual event: nothing to note
+                usage_only = False
+            elif kind is UsageReport:
+                self.usage = event.usage  # type: ignore[union-attr]
+            elif kind is StreamError:
+                self.error = event  # type: ignore[assignment]
+                self.phase = Phase.CLOSED
+                return stream_error_frame(event.kind, event.message, event.status)  # type: ignore[union-attr]
+            else:
+                usage_only = False
+                if kind is Finish:
+                    self.finish_reason = event.reason  # type: ignore[union-attr]
+                elif kind is MessageStart:
+                    self._rename = event.model != self._model  # type: ignore[union-attr]
+        if usage_only and not self.include_usage:
+            return b""
+        if self._rename:
+            data = renamed(data, self._model)
+        return b"".join((b"data: ", data, b"\n\n"))
 
     def finish(self) -> bytes:
         if self.phase is Phase.CLOSED:

@@ -65,8 +65,14 @@ class ChunkStream:
         return self
 
     async def __anext__(self) -> ChunkBatch:
-        while not self._eof and not self._mapper.ended:
-            batch = await self._next_batch()
+        mapper = self._mapper
+        while not self._eof and not mapper.ended:
+            try:
+                data = await self._reader.read()
+            except (UpstreamTimeout, UpstreamError) as exc:
+                batch = self._end([], mapper.fail(exc))
+            else:
+                batch = self._batch(data) if data else self._end([], mapper.close())
             if batch:
                 return batch
         raise StopAsyncIteration
@@ -81,16 +87,10 @@ class ChunkStream:
         else:
             resp.close()
 
-    async def _next_batch(self) -> ChunkBatch:
-        """The chunks of the next upstream read (maybe none); a failure as the last chunk."""
+    def _batch(self, data: bytes) -> ChunkBatch:
+        """The chunks of one upstream read (maybe none); a failure as the last chunk."""
         mapper = self._mapper
         batch: ChunkBatch = []
-        try:
-            data = await self._reader.read()
-        except (UpstreamTimeout, UpstreamError) as exc:
-            return self._end(batch, mapper.fail(exc))
-        if not data:
-            return self._end(batch, mapper.close())
         try:
             payloads = self._decoder.feed(data)
         except SseOverflow as exc:

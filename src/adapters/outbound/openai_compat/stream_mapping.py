@@ -41,7 +41,7 @@ from domain.canonical import (
 )
 from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
 
-from .wire import CHUNK_DECODER, COMPLETION_DECODER, ChunkChoice, ToolCallDelta
+from .wire import CHUNK_DECODER, COMPLETION_DECODER, NEXT_CHUNK_DECODER, ChunkChoice, ToolCallDelta
 
 NATIVE_FORMAT = "openai-chat"
 _DONE = b"[DONE]"
@@ -135,39 +135,62 @@ class StreamMapper:
 
     def feed(self, payload: bytes) -> StreamChunk | None:
         """The chunk one `data` payload maps to; None for `[DONE]`, empties, or after the end."""
-        if self.ended or not payload:
+        phase = self.phase
+        if phase is Phase.OPEN and payload and payload != _DONE:  # the usual payload: a token
+            try:
+                view = NEXT_CHUNK_DECODER.decode(payload)
+            except msgspec.DecodeError as exc:
+                return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
+            if view.error is None and view.object != "error":
+                events: list[StreamEvent] = []
+                for choice in view.choices:
+                    if choice.index == 0:
+                        delta = choice.delta
+                        if (delta is not None and choice.finish_reason is None and delta.tool_calls is None
+                                and delta.reasoning is None and delta.reasoning_content is None):
+                            if delta.content:
+                                events.append(TextDelta(text=delta.content))
+                        else:
+                            self._choice(choice, events)
+                        break
+                if view.usage is not None:
+                    self._usage(view.usage.usage(), events)
+                return StreamChunk(events=events, native=NativePayload(format=NATIVE_FORMAT, data=payload))
+        elif phase is Phase.DONE or phase is Phase.FAILED or not payload:
             return None
         if payload == _DONE:
-            if self.phase is Phase.FINISHED:
+            if phase is Phase.FINISHED:
                 self.phase = Phase.DONE
                 return None
             return self._fail(UpstreamProtocolError("upstream stream ended without a finish_reason"))
         try:
-            view = CHUNK_DECODER.decode(payload)
+            full = CHUNK_DECODER.decode(payload)
         except msgspec.DecodeError as exc:
             return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
         native = NativePayload(format=NATIVE_FORMAT, data=payload)
-        if view.is_error:
-            status = view.error_code() or UpstreamError.status
+        if full.is_error:
+            status = full.error_code() or UpstreamError.status
             kind = UpstreamRejected.kind if status < 500 else UpstreamError.kind
-            message = view.error_message() or "upstream reported an error mid-stream"
+            message = full.error_message() or "upstream reported an error mid-stream"
             self.phase = Phase.FAILED
             return StreamChunk(events=[StreamError(kind=kind, message=message, status=status)], native=native)
-        events: list[StreamEvent] = []
-        if self.phase is Phase.IDLE:
+        events = []
+        if phase is Phase.IDLE:
             self.phase = Phase.OPEN
-            self._message_id = view.id
-            events.append(MessageStart(id=view.id, model=view.model, created=view.created))
-        for choice in view.choices:
+            self._message_id = full.id
+            events.append(MessageStart(id=full.id, model=full.model, created=full.created))
+        for choice in full.choices:
             if choice.index == 0:
                 self._choice(choice, events)
                 break
-        if view.usage is not None:
-            usage = view.usage.usage()
-            # An error stays the last event; usage still counts what was generated.
-            at = len(events) - 1 if self.phase is Phase.FAILED else len(events)
-            events.insert(at, UsageReport(usage=usage))
+        if full.usage is not None:
+            self._usage(full.usage.usage(), events)
         return StreamChunk(events=events, native=native)
+
+    def _usage(self, usage: Usage, events: list[StreamEvent]) -> None:
+        # An error stays the last event; usage still counts what was generated.
+        at = len(events) - 1 if self.phase is Phase.FAILED else len(events)
+        events.insert(at, UsageReport(usage=usage))
 
     def close(self) -> StreamChunk | None:
         """End of the byte stream: an error chunk unless the stream had finished."""

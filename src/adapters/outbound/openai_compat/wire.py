@@ -124,6 +124,17 @@ class ChunkView(ErrorFields):
     usage: UsageView | None = None
 
 
+class NextChunkView(View):
+    """A chat stream's payload after its first: what the gateway reads from each (choices,
+    usage, whether it is an error); the id, model and creation time are the first's. An
+    error is decoded again as a `ChunkView` for its message and code."""
+
+    error: ErrorInfo | str | None = None
+    object: str | None = None
+    choices: list[ChunkChoice] = []
+    usage: UsageView | None = None
+
+
 # --- non-streaming ---------------------------------------------------------------
 
 
@@ -195,6 +206,7 @@ class EmbeddingListView(ErrorFields):
 
 
 CHUNK_DECODER = msgspec.json.Decoder(ChunkView)
+NEXT_CHUNK_DECODER = msgspec.json.Decoder(NextChunkView)
 COMPLETION_DECODER = msgspec.json.Decoder(CompletionView)
 ERROR_DECODER = msgspec.json.Decoder(ErrorFields)
 TOKENIZE_DECODER = msgspec.json.Decoder(TokenizeView)
