@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,14 +108,30 @@ class Processes:
         wait_http(f"http://{host}:{port}{health}", popen, output)
         return proc
 
+    def _spawn_on_free_port(self, start: Callable[[int], Proc], port: int | None) -> Proc:
+        """`start(port)`; with no port given, a free one, and another if the one picked was
+        taken before the process bound it (an outgoing connection's ephemeral port, or another
+        listener's `:0`, can land on it in between): up to 3 tries."""
+        if port is not None:
+            return start(port)
+        for attempt in range(3):
+            try:
+                return start(free_port())
+            except RuntimeError as error:
+                if "address already in use" not in str(error).lower() or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def stub(self, *args: str, log: str | Path | None = None, port: int | None = None,
              host: str = "127.0.0.1") -> Proc:
         """`host`: another loopback address (127.0.0.2, ...) for replicas on one port."""
-        port = port or free_port()
-        argv = [sys.executable, "-m", "bootstrap", "stub", "--listen", f"{host}:{port}", *args]
-        if log is not None:
-            argv += ["--log", str(log)]
-        proc = self._spawn("stub", argv, port, "/health", host=host)
+        def start(port: int) -> Proc:
+            argv = [sys.executable, "-m", "bootstrap", "stub", "--listen", f"{host}:{port}", *args]
+            if log is not None:
+                argv += ["--log", str(log)]
+            return self._spawn("stub", argv, port, "/health", host=host)
+
+        proc = self._spawn_on_free_port(start, port)
         proc.extra["log"] = log
         return proc
 
@@ -127,16 +144,17 @@ class Processes:
         `gateway serve` command line (it is given `--config PATH`). The ops listener takes
         a free port (`proc.ops_url`), unless `toml` has an `[ops]` table of its own.
         """
-        port = port or free_port()
-        self._n += 1
-        config = self.workdir / f"gateway-{self._n}.toml"
-        ops = "" if "[ops]" in toml else f'\n[ops]\nlisten = "{ops_listen}"\n'
-        config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml + ops)
-        command = launcher or [sys.executable, "-m", "bootstrap", "serve"]
-        argv = [*command, "--config", str(config)]
-        proc = self._spawn("gateway", argv, port, "/healthz", env)
-        proc.extra["config"] = config
-        return proc
+        def start(port: int) -> Proc:
+            self._n += 1
+            config = self.workdir / f"gateway-{self._n}.toml"
+            ops = "" if "[ops]" in toml else f'\n[ops]\nlisten = "{ops_listen}"\n'
+            config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml + ops)
+            command = launcher or [sys.executable, "-m", "bootstrap", "serve"]
+            proc = self._spawn("gateway", [*command, "--config", str(config)], port, "/healthz", env)
+            proc.extra["config"] = config
+            return proc
+
+        return self._spawn_on_free_port(start, port)
 
     def stop_all(self) -> None:
         for proc in reversed(self.procs):
