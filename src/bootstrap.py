@@ -195,7 +195,7 @@ def _replica_care(config: Config, gate: Any, clock: SystemClock, metrics: Promet
 
 
 def _load_scrapers(
-    config: Config, gate: Any, replica_sessions: Mapping[str, ReplicaSessions]
+    config: Config, replica_sessions: Mapping[str, ReplicaSessions]
 ) -> dict[str, VllmLoadScraper]:
     """A reader of the replicas' own load (`GET /metrics`) per upstream with `[endpoints] load_metrics`,
     on the replicas' own sessions; it reads the replicas the discovery watch tells it."""
@@ -471,7 +471,7 @@ class Container(containers.DeclarativeContainer):
     metrics = providers.Singleton(_metrics, config, gate)
     # Replica health (outlier ejection, the one safe retry) and the replicas' own load.
     replica_care = providers.Singleton(_replica_care, config, gate, clock, metrics)
-    load_scrapers = providers.Singleton(_load_scrapers, config, gate, replica_sessions)
+    load_scrapers = providers.Singleton(_load_scrapers, config, replica_sessions)
     replica_watch = providers.Singleton(_replica_watch, config, gate, replica_sessions, replica_care, load_scrapers)
     usage = providers.Singleton(lambda c: _usage_ledger(c), config)
     consumer_concurrency = providers.Singleton(lambda c: _consumer_concurrency(c), config)

@@ -280,10 +280,7 @@ class InMemoryAdmissionGate:
             raise KeyError(f"upstream {upstream!r} has no replicas")
         now = self._clock.now()
         self._expire(up, now)
-        for tid in ledger.set_replicas(ready, now):
-            granted = up.waiters.pop(tid, None)
-            if granted is not None:
-                granted._nudge()
+        self._nudge_all(up, ledger.set_replicas(ready, now))
 
     def set_ejected(self, upstream: str, ejected: Iterable[str]) -> None:
         """The replicas ejected now: no new request, their slots leave the live cap; queued
@@ -337,6 +334,8 @@ class InMemoryAdmissionGate:
         return up, ledger
 
     def _nudge_all(self, up: _Upstream, granted: list[int]) -> None:
+        """Nudge the waiters of the tickets the ledger just admitted: each one's next
+        `_settle` takes its lease."""
         for tid in granted:
             ticket = up.waiters.pop(tid, None)
             if ticket is not None:
@@ -355,11 +354,7 @@ class InMemoryAdmissionGate:
             up.open -= slots
         else:
             now = self._clock.now()
-            waiters = up.waiters
-            for tid in ledger.release(ticket, now):
-                granted = waiters.pop(tid, None)
-                if granted is not None:
-                    granted._nudge()  # its next `_settle` takes the lease
+            self._nudge_all(up, ledger.release(ticket, now))
             self._expire(up, now)  # report tickets that lapsed during the release
         self._idle.check()
 
@@ -367,11 +362,7 @@ class InMemoryAdmissionGate:
         """Nudge the waiters the ledger admitted since it was last asked."""
         ledger = up.ledger
         if ledger is not None:
-            waiters = up.waiters
-            for tid in ledger.granted():
-                ticket = waiters.pop(tid, None)
-                if ticket is not None:
-                    ticket._nudge()
+            self._nudge_all(up, ledger.granted())
 
     def _expire(self, up: _Upstream, now: float) -> None:
         ledger = up.ledger
