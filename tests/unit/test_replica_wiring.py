@@ -1,7 +1,8 @@
 """The composition root's replica wiring: one discovery per upstream with `[endpoints]`, started
 with the app and told to the gate; every admitted request's upstream call names its replica; the
-record, metrics, /readyz and /status.json show the replicas. A fake upstream client stands in for
-the model servers (it notes which replica each call went to)."""
+record, metrics, /readyz and /status.json show the replicas; the affinity store follows the
+backend. A fake upstream client stands in for the model servers (it notes which replica each call
+went to)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from litestar.testing import AsyncTestClient
 
 import bootstrap
 from adapters.inbound.operations import ops_app
+from adapters.outbound.memory_affinity import MemoryAffinityStore
 from adapters.outbound.replica_discovery import ReplicaWatch, StaticReplicas
 from config import load_config_text
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk, TextDelta, TextPart, Usage
@@ -41,6 +43,11 @@ load_metrics = false  # the replicas are fake addresses: nothing is read from th
 url = "http://127.0.0.1:10"
 models = ["p"]
 """
+
+
+def with_endpoints(extra: str) -> str:
+    """CONFIG with more keys in `[upstreams.up.endpoints]`."""
+    return CONFIG.replace("load_metrics = false", f"load_metrics = false\n{extra}")
 
 
 class ReplicaNotingClient:
@@ -111,7 +118,7 @@ class RefusingA(ReplicaNotingClient):
 
 
 async def test_a_refused_call_is_retried_on_the_other_replica_and_enough_of_them_eject_it() -> None:
-    text = CONFIG.replace("load_metrics = false", "load_metrics = false\nconsecutive_failures = 2")
+    text = with_endpoints("consecutive_failures = 2")
     container = bootstrap.Container(config=load_config_text(text))
     client = RefusingA()
     container.upstreams.override(providers.Object({"up": client, "plain": ReplicaNotingClient()}))
@@ -204,3 +211,23 @@ def test_importing_the_composition_root_loads_no_prometheus_client() -> None:
 
     code = "import sys, bootstrap; sys.exit('prometheus_client' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_affinity_store_follows_the_backend_and_only_affinity_upstreams_use_it() -> None:
+    """None when no upstream uses affinity, this process's with the memory backend, the shared
+    one (the gate's Redis and key prefix) with the Redis backend; the services get the upstreams
+    that use it (`[endpoints]` and `affinity = "prefix"`)."""
+    config = load_config_text(with_endpoints("affinity_max_extra_in_flight = 2"))
+    assert bootstrap._affinity_upstreams(config) == {"up": 2}
+    assert isinstance(bootstrap._affinity_store(config), MemoryAffinityStore)
+    off = load_config_text(with_endpoints('affinity = "off"'))
+    assert bootstrap._affinity_upstreams(off) == {} and bootstrap._affinity_store(off) is None
+    shared = load_config_text('[admission]\nbackend = "redis"\nredis_url = "redis://127.0.0.1:6379/0"\n'
+                              'key_prefix = "affinity-unit"\n' + CONFIG)
+    from adapters.outbound.redis_affinity import RedisAffinityStore
+
+    store = bootstrap._affinity_store(shared)
+    assert isinstance(store, RedisAffinityStore) and store._prefix == "affinity-unit"
+    container = bootstrap.Container(config=config)
+    assert container.affinity().wanted("up") and not container.affinity().wanted("plain")
+    assert container.service()._affinity is container.completions()._affinity is container.affinity()
