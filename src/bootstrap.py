@@ -48,7 +48,7 @@ from adapters.outbound.memory_affinity import MemoryAffinityStore
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from adapters.outbound.openai_compat.replica_sessions import ReplicaSessions
-from adapters.outbound.replica_discovery import DnsReplicas, ReplicaWatch, StaticReplicas
+from adapters.outbound.replica_discovery import ReplicaWatch, StaticReplicas
 from adapters.outbound.request_log import JsonRequestLog
 from adapters.outbound.system_clock import SystemClock
 from adapters.outbound.tracing_switch import tracing_wanted
@@ -153,6 +153,8 @@ def _discovery(name: str, table: EndpointsTable) -> ReplicaDiscovery:
     """`urls`: fixed (told once at start); `dns`: re-resolved every `refresh_seconds` in the background."""
     if isinstance(table.urls, list):
         return StaticReplicas(table.replica_urls())
+    from adapters.outbound.replica_discovery.dns_records import DnsReplicas  # dnspython: only for `dns`
+
     assert isinstance(table.dns, str) and isinstance(table.port, int)  # config checks and fills them
     servers = table.nameservers if isinstance(table.nameservers, list) else []
     return DnsReplicas(

@@ -213,6 +213,18 @@ def test_importing_the_composition_root_loads_no_prometheus_client() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+def test_dnspython_is_loaded_only_for_an_upstream_that_discovers_its_replicas_by_dns() -> None:
+    """Its ~2.4 MB count in every process's memory (issue 21's peak RSS target)."""
+    import subprocess
+    import sys
+
+    code = "import sys, bootstrap; sys.exit('dns' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+    table = load_config_text(CONFIG.replace(f'urls = ["{A}", "{B}"]', 'dns = "up.example"\nport = 8080'))
+    endpoints = table.upstreams["up"].endpoints
+    assert endpoints is not None and type(bootstrap._discovery("up", endpoints)).__name__ == "DnsReplicas"
+
+
 def test_the_affinity_store_follows_the_backend_and_only_affinity_upstreams_use_it() -> None:
     """None when no upstream uses affinity, this process's with the memory backend, the shared
     one (the gate's Redis and key prefix) with the Redis backend; the services get the upstreams

@@ -10,7 +10,8 @@ import time
 import pytest
 from tests.support.dns_server import DnsServer
 
-from adapters.outbound.replica_discovery import DnsReplicas, StaticReplicas
+from adapters.outbound.replica_discovery import StaticReplicas
+from adapters.outbound.replica_discovery.dns_records import DnsReplicas
 
 NAME = "reasoning-predictor-headless.llm-serving.svc.cluster.local"
 REFRESH = 0.3
