@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from litestar import Request
@@ -54,8 +54,6 @@ class ClientGone(GatewayError):
 
 
 class Closable(Protocol):
-    finished: bool
-
     async def aclose(self) -> None: ...
 
 
@@ -188,7 +186,8 @@ class EdgeMiddleware:
 
         answered = False  # the last byte of the response was handed to the server
 
-        async def send_with_id(message: Any) -> None:
+        def send_with_id(message: Any) -> Awaitable[None]:
+            # A plain function returning the server's awaitable: no coroutine of ours per frame.
             nonlocal answered
             kind = message["type"]
             if kind == "http.response.start":
@@ -197,7 +196,7 @@ class EdgeMiddleware:
                 message["headers"] = [*message.get("headers", ()), request_id]
             elif kind == "http.response.body" and not message.get("more_body", False):
                 answered = True
-            await send(message)
+            return send(message)  # type: ignore[no-any-return]
 
         async def receive_noting_hang_up() -> Any:
             message = await receive()
@@ -217,7 +216,7 @@ class EdgeMiddleware:
             body, door = call.body, call.door
             try:
                 if body is not None:
-                    if not body.finished:  # Litestar stopped iterating: the client left mid-stream
+                    if not answered:  # Litestar stopped before the body's end: the client left mid-stream
                         call.gone = True
                     await body.aclose()  # Litestar does not close it; its `finally` frees the slot now
             finally:
@@ -256,34 +255,37 @@ class StreamBody:
     task waits on something not yet ready: a fast upstream whose data is always ready keeps
     it running (uvicorn's `send` on a lost connection returns at once), so without this the
     slot would be held until the upstream paused.
+
+    `__anext__` is a plain method handing back the frames' own awaitable (or raising
+    StopAsyncIteration itself), so a frame passes through no coroutine of this class.
     """
 
-    __slots__ = ("_call", "_first", "_rest", "finished")
+    __slots__ = ("_call", "_first", "_rest")
 
     def __init__(self, first: bytes, rest: AsyncIterator[bytes], call: Call) -> None:
         self._first: bytes | None = first
         self._rest = rest
         self._call = call
-        self.finished = False
 
     def __aiter__(self) -> StreamBody:
         return self
 
-    async def __anext__(self) -> bytes:
+    def __anext__(self) -> Awaitable[bytes]:
         first = self._first
         if first is not None:
             self._first = None
-            return first
-        if self._call.gone or self._call.stalled:
-            raise StopAsyncIteration  # not `finished`: the middleware records the hang-up
-        try:
-            return await self._rest.__anext__()
-        except StopAsyncIteration:
-            self.finished = True
-            raise
+            return _ready(first)
+        call = self._call
+        if call.gone or call.stalled:
+            raise StopAsyncIteration  # the middleware records the hang-up (the body never ended)
+        return self._rest.__anext__()
 
     async def aclose(self) -> None:
         await self._rest.aclose()  # type: ignore[attr-defined]
+
+
+async def _ready(frame: bytes) -> bytes:
+    return frame
 
 
 async def stream_response(

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 import aiohttp
 
-from domain.errors import UpstreamError, UpstreamTimeout
+from domain.errors import GatewayError, UpstreamError, UpstreamTimeout
 from domain.upstream_failures import FailureKind
 
 log = logging.getLogger("gateway.upstream")
@@ -37,24 +38,35 @@ class BodyReader:
         self._since = 0.0
         self.expired = False
 
-    async def read(self) -> bytes:
-        """What arrived of the body since the last read (b"" at its end); failures as domain errors."""
+    def start(self) -> Awaitable[bytes]:
+        """Begin a read: aiohttp's own awaitable of what arrives next (b"" at the body's end), with
+        no coroutine of ours around it (a stream reads once per token). Call `done()` once it
+        ended, however; an `aiohttp.ClientError` it raises becomes `failure(exc)`."""
         self._since = since = self._loop.time()
         if self._handle is None:
             self._handle = self._loop.call_at(since + self._idle, self._check)
         self._reading = True
+        return self._resp.content.readany()
+
+    def done(self) -> None:
+        self._reading = False
+
+    def failure(self, exc: aiohttp.ClientError) -> GatewayError:
+        """The domain error of a read that failed: the idle timeout's, or the connection's."""
+        if self.expired:
+            return UpstreamTimeout(
+                f"upstream '{self._name}' sent nothing for {self._idle:g}s", failure=FailureKind.AFTER_HEAD
+            )
+        # e.g. "ContentLengthError ... ConnectionResetError(104, ...)": logged, never shown.
+        log.warning("upstream %s connection failed mid-answer: %r", self._name, exc)
+        return UpstreamError(f"upstream '{self._name}' connection failed mid-answer", failure=FailureKind.AFTER_HEAD)
+
+    async def read(self) -> bytes:
+        """What arrived of the body since the last read (b"" at its end); failures as domain errors."""
         try:
-            return await self._resp.content.readany()
+            return await self.start()
         except aiohttp.ClientError as exc:
-            if self.expired:
-                raise UpstreamTimeout(
-                    f"upstream '{self._name}' sent nothing for {self._idle:g}s", failure=FailureKind.AFTER_HEAD
-                ) from exc
-            # e.g. "ContentLengthError ... ConnectionResetError(104, ...)": logged, never shown.
-            log.warning("upstream %s connection failed mid-answer: %r", self._name, exc)
-            raise UpstreamError(
-                f"upstream '{self._name}' connection failed mid-answer", failure=FailureKind.AFTER_HEAD
-            ) from exc
+            raise self.failure(exc) from exc
         finally:
             self._reading = False
 

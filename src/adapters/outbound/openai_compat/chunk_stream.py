@@ -10,12 +10,13 @@ arrives, so `close()` only arms a close for `_DONE_GRACE` later (a no-op by then
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Protocol
 
 import aiohttp
 
 from domain.canonical import ChunkBatch, StreamChunk
-from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
+from domain.errors import GatewayError, UpstreamProtocolError
 
 from .sse_decoder import SseDecoder, SseOverflow
 from .stream_mapping import Phase, StreamMapper
@@ -24,10 +25,15 @@ _DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the c
 
 
 class Reader(Protocol):
-    """The body's reads (`BodyReader`): `read()` gives the next bytes (b"" at its end), each wait
-    bounded, and raises UpstreamTimeout / UpstreamError; `close()` when the response is done."""
+    """The body's reads (`BodyReader`): `start()` gives the next bytes' awaitable (b"" at the
+    body's end), each wait bounded; `done()` after it; `failure(exc)` is the domain error of an
+    aiohttp error it raised; `close()` when the response is done."""
 
-    async def read(self) -> bytes: ...
+    def start(self) -> Awaitable[bytes]: ...
+
+    def done(self) -> None: ...
+
+    def failure(self, exc: aiohttp.ClientError) -> GatewayError: ...
 
     def close(self) -> None: ...
 
@@ -66,13 +72,16 @@ class ChunkStream:
 
     async def __anext__(self) -> ChunkBatch:
         mapper = self._mapper
+        reader = self._reader
         while not self._eof and not mapper.ended:
             try:
-                data = await self._reader.read()
-            except (UpstreamTimeout, UpstreamError) as exc:
-                batch = self._end([], mapper.fail(exc))
+                data = await reader.start()  # aiohttp's awaitable itself: one coroutine less per read
+            except aiohttp.ClientError as exc:
+                batch = self._end([], mapper.fail(reader.failure(exc)))
             else:
                 batch = self._batch(data) if data else self._end([], mapper.close())
+            finally:
+                reader.done()
             if batch:
                 return batch
         raise StopAsyncIteration
