@@ -84,8 +84,7 @@ class CompletionService:
                     async for batch in batches:
                         if lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
-                        for chunk in batch:
-                            meter.feed(chunk.events)
+                        meter.feed_batch(batch)
                         yield batch
             finally:
                 await lease.release()

@@ -17,7 +17,7 @@ from domain.canonical import (
     ChatRequest,
     ImagePart,
     Part,
-    StreamEvent,
+    StreamChunk,
     TextDelta,
     TextPart,
     ThinkingDelta,
@@ -88,13 +88,15 @@ class UsageMeter:
         self._deltas = 0
         self.reported: Usage | None = None
 
-    def feed(self, events: list[StreamEvent]) -> None:
-        for event in events:
-            kind = type(event)
-            if kind is TextDelta or kind is ThinkingDelta or kind is ToolArgsDelta:
-                self._deltas += 1
-            elif kind is UsageReport:
-                self.reported = event.usage  # type: ignore[union-attr]
+    def feed_batch(self, batch: list[StreamChunk]) -> None:
+        """The chunks of one upstream read: deltas counted, the upstream's usage kept."""
+        for chunk in batch:
+            for event in chunk.events:
+                kind = type(event)
+                if kind is TextDelta or kind is ThinkingDelta or kind is ToolArgsDelta:
+                    self._deltas += 1
+                elif kind is UsageReport:
+                    self.reported = event.usage  # type: ignore[union-attr]
 
     def feed_answer(self, content: list[Part]) -> None:
         """A whole (non-streamed) answer: its text at about four characters a token."""

@@ -39,6 +39,9 @@ class Phase(enum.Enum):
     CLOSED = "closed"  # the terminal frame was produced; nothing follows
 
 
+_CLOSED = Phase.CLOSED  # bound once: an Enum member lookup costs ~60 ns on Python 3.11, per frame
+
+
 class ChunkWriter:
     """Turns each `StreamChunk` into the bytes to send now (possibly none).
 
@@ -63,7 +66,7 @@ class ChunkWriter:
         self._role_sent = False
 
     def feed(self, chunk: StreamChunk) -> bytes:
-        if self.phase is Phase.CLOSED:
+        if self.phase is _CLOSED:
             return b""
         native = chunk.native
         if native is not None and native.format == NATIVE_FORMAT:

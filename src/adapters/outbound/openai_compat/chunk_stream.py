@@ -21,6 +21,7 @@ from domain.errors import GatewayError, UpstreamProtocolError
 from .sse_decoder import SseDecoder, SseOverflow
 from .stream_mapping import Phase, StreamMapper
 
+_FAILED, _ENDED = Phase.FAILED, Phase.DONE  # bound once: an Enum member lookup costs ~60 ns on 3.11
 _DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the connection is closed
 
 
@@ -73,7 +74,7 @@ class ChunkStream:
     async def __anext__(self) -> ChunkBatch:
         mapper = self._mapper
         reader = self._reader
-        while not self._eof and not mapper.ended:
+        while not self._eof:
             try:
                 data = await reader.start()  # aiohttp's awaitable itself: one coroutine less per read
             except aiohttp.ClientError as exc:
@@ -97,19 +98,23 @@ class ChunkStream:
             resp.close()
 
     def _batch(self, data: bytes) -> ChunkBatch:
-        """The chunks of one upstream read (maybe none); a failure as the last chunk."""
+        """The chunks of one upstream read (maybe none); a failure as the last chunk. Once the
+        mapper has ended (`[DONE]` or a failure), so has the stream."""
         mapper = self._mapper
-        batch: ChunkBatch = []
         try:
             payloads = self._decoder.feed(data)
         except SseOverflow as exc:
-            return self._end(batch, mapper.fail(UpstreamProtocolError(str(exc))))
+            return self._end([], mapper.fail(UpstreamProtocolError(str(exc))))
+        feed = mapper.feed
+        batch: ChunkBatch = []
         for payload in payloads:
-            chunk = mapper.feed(payload)
+            chunk = feed(payload)
             if chunk is not None:
                 batch.append(chunk)
-                if mapper.phase is Phase.FAILED:
+                if mapper.phase is _FAILED:
                     break
+        if mapper.ended:
+            self._eof = True
         return batch
 
     def _end(self, batch: ChunkBatch, last: StreamChunk | None) -> ChunkBatch:

@@ -119,6 +119,10 @@ class Phase(enum.Enum):
     FAILED = "failed"  # a StreamError was emitted; nothing more is produced
 
 
+# Bound once: reading an Enum member off its class costs about 60 ns on Python 3.11, and the
+# phase is checked on every payload.
+_OPEN, _FINISHED, _ENDED_DONE, _FAILED = Phase.OPEN, Phase.FINISHED, Phase.DONE, Phase.FAILED
+
 class StreamMapper:
     __slots__ = ("_held_args", "_message_id", "_tools", "phase")
 
@@ -131,12 +135,13 @@ class StreamMapper:
     @property
     def ended(self) -> bool:
         """True once nothing more will be produced ([DONE] or an error)."""
-        return self.phase is Phase.DONE or self.phase is Phase.FAILED
+        phase = self.phase
+        return phase is _ENDED_DONE or phase is _FAILED
 
     def feed(self, payload: bytes) -> StreamChunk | None:
         """The chunk one `data` payload maps to; None for `[DONE]`, empties, or after the end."""
         phase = self.phase
-        if phase is Phase.OPEN and payload and payload != _DONE:  # the usual payload: a token
+        if phase is _OPEN and payload and payload != _DONE:  # the usual payload: a token
             try:
                 view = NEXT_CHUNK_DECODER.decode(payload)
             except msgspec.DecodeError as exc:
@@ -156,7 +161,7 @@ class StreamMapper:
                 if view.usage is not None:
                     self._usage(view.usage.usage(), events)
                 return StreamChunk(events=events, native=NativePayload(format=NATIVE_FORMAT, data=payload))
-        elif phase is Phase.DONE or phase is Phase.FAILED or not payload:
+        elif phase is _ENDED_DONE or phase is _FAILED or not payload:
             return None
         if payload == _DONE:
             if phase is Phase.FINISHED:
