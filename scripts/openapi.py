@@ -35,7 +35,7 @@ admission = { sequence_slots = 2, max_in_flight = 1, queue_depth = 0, queue_time
 
 
 def build_document() -> dict[str, Any]:
-    schema: dict[str, Any] = build_app(load_config_text(CONFIG)).openapi_schema.to_schema()
+    schema: dict[str, Any] = build_app(load_config_text(CONFIG)).app.openapi_schema.to_schema()
     return schema
 
 

@@ -30,6 +30,7 @@ from litestar.config.cors import CORSConfig
 import serving
 from adapters.inbound import anthropic, openai, responses
 from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
+from adapters.inbound._shared.edge import EdgeMiddleware
 from adapters.inbound._shared.http_guard import guarded_protocol
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.openapi import openapi_config
@@ -435,9 +436,10 @@ def _lifespan(container: Container) -> Callable[[Litestar], AbstractAsyncContext
 def _litestar_app(
     config: Config, dialects: Sequence[DialectRouter], context: EdgeContext,
     lifecycle: serving.Lifecycle, container: Container,
-) -> Litestar:
+) -> EdgeMiddleware:
     """Every registered dialect's Router plus the health endpoints, on one Litestar app (the
-    metrics and the status page are on the ops listener's app: `ops_app`)."""
+    metrics and the status page are on the ops listener's app: `ops_app`), wrapped in the
+    edge middleware (`edge.EdgeMiddleware`: its `app` is the Litestar app)."""
     handlers: list[Any] = [dialect(context) for dialect in dialects]
     handlers += health_handlers(lifecycle.ready, container.replica_watch().without_replicas)
     server = config.server
@@ -450,7 +452,7 @@ def _litestar_app(
     app = Litestar(route_handlers=handlers, lifespan=[_lifespan(container)], cors_config=cors,
                    openapi_config=openapi_config(version("gateway")), logging_config=None)
     app.state.container = container
-    return app
+    return EdgeMiddleware(app)
 
 
 class Container(containers.DeclarativeContainer):
@@ -513,10 +515,10 @@ class Container(containers.DeclarativeContainer):
     app = providers.Singleton(_litestar_app, config, dialects, edge_context, lifecycle, __self__)
 
 
-def build_app(config: Config, dialects: Sequence[DialectRouter] | None = None) -> Litestar:
+def build_app(config: Config, dialects: Sequence[DialectRouter] | None = None) -> EdgeMiddleware:
     """The app `gateway serve` runs: built by the container (tests may pass their dialects)."""
     container = Container(config=config) if dialects is None else Container(config=config, dialects=list(dialects))
-    app: Litestar = container.app()
+    app: EdgeMiddleware = container.app()
     return app
 
 
@@ -540,9 +542,9 @@ def _serve(args: argparse.Namespace) -> int:
                                 server.client_write_timeout_seconds)
     limit, keep_alive = server.limit_concurrency, server.keep_alive_timeout_seconds
 
-    def build() -> tuple[Litestar, Any, Litestar]:
+    def build() -> tuple[EdgeMiddleware, Any, Litestar]:
         app = build_app(config)
-        container = app.state.container
+        container = app.app.state.container
         return app, serving.make_drain(container.lifecycle(), container.gate(), grace), container.ops_app()
 
     metrics_dir = _multiprocess_metrics() if server.workers > 1 else None

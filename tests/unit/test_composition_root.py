@@ -19,6 +19,7 @@ from litestar.testing import AsyncTestClient
 
 import bootstrap
 from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
+from adapters.inbound._shared.edge import EdgeMiddleware
 from config import load_config_text
 from domain.canonical import (
     ChatRequest,
@@ -115,3 +116,15 @@ async def test_the_container_builds_the_app_and_its_overridden_upstream_serves_b
     assert [call.surface for call in fake.calls] == ["openai", "openai", "anthropic", "anthropic"]
     assert seen == {"POST /v1/chat/completions": 2, "POST /llm/v1/messages": 2}
     assert container.gate().snapshot("up").in_use == 0
+
+
+def test_the_edge_wraps_the_app_and_no_dialect_route_has_middleware_of_its_own() -> None:
+    """`EdgeMiddleware` wraps the whole Litestar app, not each Router: Litestar gives a route
+    with middleware a second exception-handling layer, one more coroutine on every message
+    sent (per token of a stream; issue 21). Every route is still Litestar's."""
+    app = bootstrap.build_app(load_config_text(CONFIG))
+    assert isinstance(app, EdgeMiddleware)
+    handlers = [handler for route in app.app.routes for handler in getattr(route, "route_handlers", ())]
+    paths = {path for handler in handlers for path in handler.paths}
+    assert {"/v1/chat/completions", "/llm/v1/messages", "/v1/responses"} <= paths
+    assert [handler for handler in handlers if handler.resolve_middleware()] == []

@@ -40,7 +40,8 @@ def main() -> None:
     print(f"gateway ops listening on http://{ops_host}:{ops_socket.getsockname()[1]}", file=sys.stderr, flush=True)
     main_server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, loop="uvloop", http="httptools",
                                                 lifespan="on", access_log=False, log_level="warning"))
-    ops_server = serving.OpsServer(uvicorn.Config(app.state.container.ops_app(), lifespan="off", log_level="warning"))
+    ops_app = app.app.state.container.ops_app()  # app.app: the Litestar app inside the edge middleware
+    ops_server = serving.OpsServer(uvicorn.Config(ops_app, lifespan="off", log_level="warning"))
 
     async def both() -> None:
         ops = asyncio.create_task(ops_server.serve(sockets=[ops_socket]))

@@ -12,7 +12,7 @@ from litestar import Litestar, Request, Response, post
 from tests.support import asgi
 
 from adapters.inbound._shared.dialect import EdgeContext, dialect_router
-from adapters.inbound._shared.edge import call_of, read_body
+from adapters.inbound._shared.edge import EdgeMiddleware, call_of, read_body
 from adapters.inbound._shared.errors import ErrorRenderer
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.anthropic.errors import AnthropicErrors
@@ -118,7 +118,7 @@ class Observer:
 Work = Callable[[Request[Any, Any, Any]], Awaitable[Response[bytes]]]
 
 
-def edge_app(work: Work, errors: ErrorRenderer = renderer, max_header_bytes: int = 0) -> Litestar:
+def edge_app(work: Work, errors: ErrorRenderer = renderer, max_header_bytes: int = 0) -> EdgeMiddleware:
     """One route, `POST /s/r`, on a dialect Router with the shared edge (10-byte bodies)."""
 
     @post("/r", status_code=200)
@@ -128,8 +128,8 @@ def edge_app(work: Work, errors: ErrorRenderer = renderer, max_header_bytes: int
     limits = InputLimits(max_header_bytes=max_header_bytes, body_timeout_seconds=0.05)
     context = EdgeContext(service=cast(Any, None), observer=Observer(), max_body_bytes=10,
                           ping_interval_seconds=1.0, limits=limits)
-    return Litestar([dialect_router("/s", "s", [handler], errors, context)], openapi_config=None,
-                    logging_config=None)
+    return EdgeMiddleware(Litestar([dialect_router("/s", "s", [handler], errors, context)], openapi_config=None,
+                                   logging_config=None))
 
 
 async def echo_body(request: Request[Any, Any, Any]) -> Response[bytes]:

@@ -220,6 +220,6 @@ def test_bad_values_are_config_errors_naming_the_key(line: str, key: str) -> Non
 
 def test_the_record_cuts_a_model_name_at_256_whatever_set_it() -> None:
     """The decoders refuse longer names; the record is cut anyway, for every observer (log, metrics, traces)."""
-    call = Call({"headers": [], "path": "/v1/chat/completions"}, None, "openai")
+    call = Call({"headers": [], "path": "/v1/chat/completions"}, None)
     call.record.model = "claude-" + "x" * 30_000
     assert call.close_record().model == ("claude-" + "x" * 30_000)[:256]

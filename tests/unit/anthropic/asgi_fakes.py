@@ -11,6 +11,7 @@ from litestar import Litestar
 from tests.support import asgi
 
 from adapters.inbound._shared.dialect import EdgeContext
+from adapters.inbound._shared.edge import EdgeMiddleware
 from adapters.inbound.anthropic import router
 from domain.canonical import (
     ChatRequest,
@@ -126,7 +127,7 @@ async def call(
         max_body_bytes=max_body,
         ping_interval_seconds=PING_INTERVAL,
     )
-    app = Litestar(route_handlers=[router(context)], openapi_config=None, logging_config=None)
+    app = EdgeMiddleware(Litestar(route_handlers=[router(context)], openapi_config=None, logging_config=None))
     raw = body if isinstance(body, bytes) else msgspec.json.encode(body) if body is not None else b""
     exchange = asgi.Exchange()
     if hang_up_after is not None:

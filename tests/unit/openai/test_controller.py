@@ -12,6 +12,7 @@ from litestar import Litestar
 from tests.support import asgi
 
 from adapters.inbound._shared.dialect import EdgeContext
+from adapters.inbound._shared.edge import EdgeMiddleware
 from adapters.inbound.openai import router
 from application.chat import ChatService
 from domain.canonical import (
@@ -141,7 +142,7 @@ class Edge:
         context = EdgeContext(
             service=service, observer=self.observer, max_body_bytes=1000, ping_interval_seconds=10.0
         )
-        self.app = Litestar(route_handlers=[router(context)], openapi_config=None, logging_config=None)
+        self.app = EdgeMiddleware(Litestar(route_handlers=[router(context)], openapi_config=None, logging_config=None))
         self.exchange = asgi.Exchange()
         self.hang_up_after_frames: int | None = None  # the client leaves after this many
 

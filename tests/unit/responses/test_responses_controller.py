@@ -17,6 +17,7 @@ from tests.support.responses_grammar import check_responses_stream
 from tests.unit.anthropic.asgi_fakes import ANSWER, FakeService, Observer, chunk
 
 from adapters.inbound._shared.dialect import EdgeContext
+from adapters.inbound._shared.edge import EdgeMiddleware
 from adapters.inbound.responses import router
 from domain.canonical import QueuePosition, StreamError
 from domain.errors import QueueFull, QueueTimeout
@@ -32,7 +33,7 @@ async def call(service: FakeService, body: Any, hang_up_after: float | None = No
     observer = Observer()
     context = EdgeContext(service=cast(Any, service), observer=observer, max_body_bytes=10_000,
                           ping_interval_seconds=PING)
-    app = Litestar(route_handlers=[router(context)], openapi_config=None, logging_config=None)
+    app = EdgeMiddleware(Litestar(route_handlers=[router(context)], openapi_config=None, logging_config=None))
     exchange = asgi.Exchange()
     if hang_up_after is not None:
         asyncio.get_running_loop().call_later(hang_up_after, exchange.hang_up.set)

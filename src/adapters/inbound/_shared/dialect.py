@@ -3,10 +3,11 @@
 A dialect is a package under `adapters/inbound/` exposing `router(context) -> Router`.
 Bootstrap lists the dialects it serves; adding one touches nothing in domain, ports,
 application or outbound code. `dialect_router` gives each the same edge: one record
-per request, the header-size limit, the API key (when required), the consumer's request
-count and in-flight slot (on the handlers marked `METERED`: those that reach a model), the
-body-size limit, and every failure (Litestar's 404/405/413 included) rendered by the
-dialect's own `ErrorRenderer`. Everything up to the consumer slot is decided before the
+per request (begun here, reported by `edge.EdgeMiddleware`, which wraps the app), the
+header-size limit, the API key (when required), the consumer's request count and in-flight
+slot (on the handlers marked `METERED`: those that reach a model), the body-size limit,
+and every failure (Litestar's 404/405/413 included) rendered by the dialect's own
+`ErrorRenderer`. Everything up to the consumer slot is decided before the
 body is read: a refused request costs no body and no decode.
 """
 
@@ -21,7 +22,7 @@ from litestar.enums import HttpMethod
 from litestar.handlers import HTTPRouteHandler
 
 from adapters.inbound._shared.auth import identify
-from adapters.inbound._shared.edge import EdgeMiddleware, call_of
+from adapters.inbound._shared.edge import call_of
 from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
 from application.chat import ChatService
@@ -63,10 +64,11 @@ _METHODS = {HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.PATCH, H
 
 
 def _edge_checks(
-    limit: int, store: CredentialStore | None, service: ChatService
+    surface: str, observer: RequestObserver, limit: int, store: CredentialStore | None, service: ChatService
 ) -> Callable[[Request[Any, Any, Any]], Awaitable[None]]:
-    """The head's size, then the key, then (metered handlers) the consumer's request count and
-    slot: before the body is read, before anything else can refuse.
+    """The request's record begun (this Router's surface, the route), then the head's size, the
+    key and (metered handlers) the consumer's request count and slot: before the body is read,
+    before anything else can refuse.
 
     The Router's `before_request` hook (Litestar runs it right before the handler, inside
     the route's exception handling, so a refusal is rendered in the dialect's shape), not
@@ -76,6 +78,7 @@ def _edge_checks(
 
     async def check(request: Request[Any, Any, Any]) -> None:
         call = call_of(request)
+        call.begin(surface, observer, request.scope)
         size = call.header_bytes
         if limit and size > limit:
             raise HeadersTooLarge(
@@ -121,18 +124,11 @@ def dialect_router(
         for handler_path in handler.paths:
             taken.setdefault(handler_path, set()).update(HttpMethod(m) for m in handler.http_methods)
     refusals = [_not_allowed(sorted(_METHODS - methods), p) for p, methods in taken.items()]
-    limit = context.limits.max_header_bytes
-    observer = context.observer
-    store = context.credentials
-    checks = _edge_checks(limit, store, context.service) if limit or store is not None else None
-
-    def edge(app: Any) -> EdgeMiddleware:  # a function: Litestar deep-copies the Router, not closures
-        return EdgeMiddleware(app, surface, observer)
-
+    checks = _edge_checks(surface, context.observer, context.limits.max_header_bytes, context.credentials,
+                          context.service)
     return Router(
         path=path,
         route_handlers=[*handlers, *refusals, *([_no_such_route()] if unknown_paths else [])],
-        middleware=[edge],
         before_request=checks,
         exception_handlers={Exception: exception_handler(errors)},
         request_max_body_size=context.max_body_bytes,

@@ -1,9 +1,17 @@
 """What every dialect Router shares: one record per request, bodies, hang-ups, streams.
 
-`EdgeMiddleware` sits on each dialect's Router (below Litestar's routing and above the
-handler's exception handling): it makes the request's `Call` (request id, the record
-the observer gets), stamps `x-request-id` on the response, and reports the record
-once the last byte went out or the client left.
+`EdgeMiddleware` wraps the Litestar app (around its routing and exception handling): it
+makes each request's `Call` (request id, the record the observer gets) and stamps
+`x-request-id` on the response. A dialect Router begins the call's record once Litestar
+has routed the request to it (`Call.begin`, the Router's `before_request`), and the
+middleware reports a begun record once the last byte went out or the client left;
+requests no dialect took (health checks, the OpenAPI document) report none.
+
+Why around the app and not as each Router's middleware: Litestar puts a second
+exception-handling layer between a route's middleware and its handler (so that the
+middleware's send wrapper sees the error responses), one more coroutine on every message
+sent, per token of a stream. Around the app, Litestar's own app-level exception handling
+renders a dialect's errors (with the Router's handlers) inside this middleware's send.
 
 Hang-ups: Litestar stops a streaming body when `http.disconnect` arrives, but nothing
 notices a client that leaves while its handler has sent nothing yet (queued, or
@@ -60,10 +68,10 @@ class Closable(Protocol):
 class Call:
     """One request at the edge: its id, its record, and its hang-up watcher."""
 
-    __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "door", "gone", "header_bytes",
-                 "identity", "record", "request_id", "stalled", "started")  # fmt: skip
+    __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "door", "gone", "handle",
+                 "header_bytes", "identity", "observer", "record", "request_id", "stalled", "started")  # fmt: skip
 
-    def __init__(self, scope: Any, receive: Any, surface: str) -> None:
+    def __init__(self, scope: Any, receive: Any) -> None:
         self._t0 = time.perf_counter()
         self._receive = receive
         self._task: asyncio.Task[Any] | None = None
@@ -76,6 +84,8 @@ class Call:
         # Who the request is for: the edge checks replace it when keys are required.
         self.identity: Identity = ANONYMOUS_IDENTITY
         self.door: Door | None = None  # the consumer slot the edge checks took, released at the end
+        self.observer: RequestObserver | None = None  # who gets the record: set by `begin`
+        self.handle: object = None  # the observer's, from `request_started`
         # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         incoming: bytes | None = None
@@ -88,14 +98,24 @@ class Call:
                 session = value
         self.header_bytes = size
         self.request_id = _usable_request_id(incoming) or os.urandom(16).hex()
-        route: str = scope.get("path_template") or scope["path"]
-        if route.endswith("{path:path}"):  # a dialect's catch-all: one label, whatever the path
-            route = route[: -len("{path:path}")] + "*"
         self.record = RequestRecord(
-            request_id=self.request_id, surface=surface, route=route,
+            request_id=self.request_id, surface="", route="",  # `begin` names them, once routed
             method=scope.get("method", "GET"), status=0, duration_seconds=0.0,
             session_id=_usable_request_id(session),  # logged and traced, never sent upstream
         )
+
+    def begin(self, surface: str, observer: RequestObserver, scope: Any) -> None:
+        """A dialect's Router took the request (Litestar routed it): its record is labelled with
+        the surface and the route template, started with `observer`, and reported at the end."""
+        if self.observer is not None:
+            return
+        route: str = scope.get("path_template") or scope["path"]
+        if route.endswith("{path:path}"):  # a dialect's catch-all: one label, whatever the path
+            route = route[: -len("{path:path}")] + "*"
+        record = self.record
+        record.surface, record.route = surface, route
+        self.observer = observer
+        self.handle = observer.request_started(record, scope["headers"])
 
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0
@@ -140,7 +160,7 @@ class Call:
         state = scope.get("state")
         if state is not None and state.get(_KEY) is self:
             del state[_KEY]
-        self._receive = self._task = self._watcher = self.body = self.door = None
+        self._receive = self._task = self._watcher = self.body = self.door = self.handle = None
 
     def close_record(self) -> RequestRecord:
         record = self.record
@@ -169,17 +189,19 @@ def note_stalled(scope: Any) -> str | None:
 
 
 class EdgeMiddleware:
-    """Per request: its `Call`, `x-request-id` on the response, one record for the observer."""
+    """Around the Litestar app, per request: its `Call`, `x-request-id` on the response, and
+    the begun record to its observer at the end (module doc). `app` is the Litestar app."""
 
-    __slots__ = ("_app", "_observer", "_surface")
+    __slots__ = ("app",)
 
-    def __init__(self, app: Any, surface: str, observer: RequestObserver) -> None:
-        self._app = app
-        self._surface = surface
-        self._observer = observer
+    def __init__(self, app: Any) -> None:
+        self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        call = Call(scope, receive, self._surface)
+        if scope["type"] != "http":  # the lifespan
+            await self.app(scope, receive, send)
+            return
+        call = Call(scope, receive)
         scope.setdefault("state", {})[_KEY] = call
         request_id = (b"x-request-id", call.request_id.encode())
         record = call.record
@@ -205,9 +227,8 @@ class EdgeMiddleware:
                 call.gone = True  # a stream stops at its next frame (`StreamBody`)
             return message
 
-        handle = self._observer.request_started(record, scope["headers"])
         try:
-            await self._app(scope, receive_noting_hang_up, send_with_id)
+            await self.app(scope, receive_noting_hang_up, send_with_id)
         except asyncio.CancelledError:
             if not call.absorb_cancel():
                 raise
@@ -222,10 +243,12 @@ class EdgeMiddleware:
             finally:
                 if door is not None:
                     await door.release()  # the consumer's slot, taken by the edge checks
-            if call.stalled:  # dropped below the app: to the app it was a hang-up
-                call.gone = True
-                record.error_kind = CLIENT_STALLED
-            self._observer.request_finished(call.close_record(), handle)
+            observer = call.observer
+            if observer is not None:  # a dialect took the request
+                if call.stalled:  # dropped below the app: to the app it was a hang-up
+                    call.gone = True
+                    record.error_kind = CLIENT_STALLED
+                observer.request_finished(call.close_record(), call.handle)
             call.forget(scope)  # no reference cycle left for the cyclic GC (module doc)
 
 
