@@ -8,8 +8,9 @@ address on the replica's own session (`ReplicaSessions`).
 Three timeouts, because the wait for headers and the gaps between body reads need
 different bounds (a non-streaming answer sends its headers only when generation is
 done): `connect_timeout` bounds DNS, TCP and TLS connect (aiohttp's `connect` and
-`sock_connect`), `first_byte_timeout` the wait for the response headers, `idle_timeout`
-every single wait for more of the body (one lazy timer per response: `body_reader.py`).
+`sock_connect`), `first_byte_timeout` the wait for the response headers (one loop timer
+per call: `adapters/deadline.py`), `idle_timeout` every single wait for more of the body
+(one lazy timer per response: `body_reader.py`).
 
 Any exit before a response body's end closes the response, so its connection is
 closed instead of returned to the pool: that is how vLLM learns the client went away
@@ -28,7 +29,6 @@ message (what the client sees) do not depend on it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -38,6 +38,7 @@ import aiohttp
 import msgspec
 from yarl import URL
 
+from adapters.deadline import Deadline
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, Usage
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import (
@@ -287,7 +288,7 @@ class OpenAICompatClient:
         """
         attempt = Attempt()
         try:
-            async with asyncio.timeout(self._first_byte):
+            with Deadline(self._first_byte):  # asyncio.timeout's rule, for less (adapters/deadline.py)
                 return await self._send(session, url, body, headers, attempt)
         except aiohttp.ConnectionTimeoutError as exc:  # before TimeoutError: it is one
             raise UpstreamTimeout(f"upstream '{self.name}' connect timed out", failure=FailureKind.CONNECT) from exc
