@@ -336,6 +336,10 @@ class OpenAICompatClient:
 
     async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
         """The whole body, with `idle_timeout` bounding each wait for more (`BodyReader`)."""
+        content = resp.content
+        if content.is_eof() and content.exception() is None:
+            # It all came with the head (most short answers): nothing to wait for, so no timer.
+            return content.read_nowait()
         reader = BodyReader(resp, self._idle, self.name)
         try:
             parts = []
