@@ -60,7 +60,7 @@ from .completion_mapping import TextStreamMapper, completion_from_body, embeddin
 from .context_errors import upstream_rejection
 from .replica_sessions import ReplicaSessions
 from .request_body import encode_chat, encode_tokenize
-from .session import Attempt
+from .session import CURRENT_ATTEMPT, Attempt
 from .stream_mapping import StreamMapper, response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
 
@@ -320,19 +320,19 @@ class OpenAICompatClient:
         self, session: aiohttp.ClientSession, url: URL, body: bytes, headers: dict[str, str], attempt: Attempt
     ) -> aiohttp.ClientResponse:
         """One POST, sent again once (to the same address) if a reused connection died before the answer's head."""
+        token = CURRENT_ATTEMPT.set(attempt)  # the session's connector marks it (session.py)
         try:
-            return await session.post(
-                url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False,
-                trace_request_ctx=attempt,
-            )
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if not attempt.reused or isinstance(exc, aiohttp.ClientConnectorError):
-                raise
-        attempt.sent = False  # the resend is a new attempt (never reused: `reused` is not read again)
-        return await session.post(
-            url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False,
-            trace_request_ctx=attempt,
-        )
+            try:
+                return await session.post(
+                    url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
+                )
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if not attempt.reused or isinstance(exc, aiohttp.ClientConnectorError):
+                    raise
+            attempt.sent = False  # the resend is a new attempt (never reused: `reused` is not read again)
+            return await session.post(url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False)
+        finally:
+            CURRENT_ATTEMPT.reset(token)
 
     async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
         """The whole body, with `idle_timeout` bounding each wait for more (`BodyReader`)."""
