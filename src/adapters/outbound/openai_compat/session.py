@@ -63,13 +63,13 @@ class _Connector(aiohttp.TCPConnector):
         self, req: aiohttp.ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
     ) -> Connection:
         conn = await super().connect(req, traces, timeout)
+        protocol = conn.protocol  # one per TCP connection: seen before means taken from the pool
+        reused = protocol in self._gateway_seen
+        if not reused:  # whoever made the request (a probe, a scrape): its connection may be pooled
+            self._gateway_seen.add(protocol)
         attempt = CURRENT_ATTEMPT.get()
         if attempt is not None:
-            protocol = conn.protocol  # one per TCP connection: seen before means taken from the pool
-            if protocol in self._gateway_seen:
-                attempt.reused = True
-            else:
-                self._gateway_seen.add(protocol)
+            attempt.reused = reused
             attempt.sent = True
         return conn
 
