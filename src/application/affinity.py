@@ -5,7 +5,8 @@ completion request asks the store which replicas served its prompt's longest pre
 (`domain.affinity`, salted with the consumer's cache salt, so two consumers never share),
 hands them to the gate as `prefer` with `affinity_max_extra_in_flight` as `max_extra`, and
 once admitted records where it went. Anything else (no `[endpoints]`, affinity off, a
-prompt shorter than one block, embeddings) skips all of it: no chain is computed.
+prompt shorter than one block, embeddings) skips all of it: no chain is computed, and for an
+upstream that does not use affinity the services do not even call `wish` and `granted` (`wanted`).
 
 The gate keeps a preference only for a request admitted on arrival; one admitted later
 from the queue goes to the least loaded replica. The store is fail-open (it finds

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
-from application.affinity import Affinity
+from application.affinity import NO_WISH, Affinity
 from application.consumer_limits import ConsumerLimits, Door
 from application.replica_care import ReplicaCare
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
@@ -73,15 +73,18 @@ class ChatService:
         self, request: ChatRequest, record: RequestRecord | None = None, consumer: Consumer = ANONYMOUS
     ) -> ChatResponse:
         upstream, request = route(self._router, salted(request, consumer), record)
+        affinity = self._affinity
         async with self._consumers.turn(consumer, request, record) as turn:
-            wish = await self._affinity.wish(upstream, request, consumer)
+            # Not awaited at all for an upstream without affinity (no [endpoints], or affinity off).
+            wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
             lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
                                                     wish.max_extra)
             turn.reached_upstream = True
             try:
                 call = functools.partial(self._upstreams[upstream].complete, request)
                 response = await self._care.call(upstream, lease, record, call)
-                await self._affinity.granted(upstream, wish, lease)  # where it was served (after a retry, too)
+                if wish.chain:  # where it was served (after a retry, too)
+                    await affinity.granted(upstream, wish, lease)
             finally:
                 await lease.release()
             usage = response.usage
@@ -104,8 +107,10 @@ class ChatService:
         """
         upstream, request = route(self._router, salted(request, consumer), record)
         slots = self._slots
+        affinity = self._affinity
         async with self._consumers.turn(consumer, request, record) as turn:
-            wish = await self._affinity.wish(upstream, request, consumer)
+            # Not awaited at all for an upstream without affinity (no [endpoints], or affinity off).
+            wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
             span, started = slots.start()
             entry = await slots.enter(upstream, span, consumer, sequences(request), wish.prefer, wish.max_extra)
             if entry.queued:
@@ -137,7 +142,8 @@ class ChatService:
             try:
                 opener = functools.partial(self._upstreams[upstream].open_stream, request)
                 async with self._care.open(upstream, lease, record, opener) as batches:
-                    await self._affinity.granted(upstream, wish, lease)
+                    if wish.chain:
+                        await affinity.granted(upstream, wish, lease)
                     async for batch in batches:
                         if lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)

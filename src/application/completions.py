@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
-from application.affinity import Affinity
+from application.affinity import NO_WISH, Affinity
 from application.consumer_limits import ConsumerLimits
 from application.replica_care import ReplicaCare
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
@@ -48,15 +48,18 @@ class CompletionService:
     async def complete(self, request: CompletionRequest, record: RequestRecord | None = None,
                        consumer: Consumer = ANONYMOUS) -> Completion:
         upstream, request = route(self._router, salted(request, consumer), record)
+        affinity = self._affinity
         async with self._consumers.turn(consumer, request, record) as turn:
-            wish = await self._affinity.wish(upstream, request, consumer)
+            # Not awaited at all for an upstream without affinity (no [endpoints], or affinity off).
+            wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
             lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
                                                     wish.max_extra)
             turn.reached_upstream = True
             try:
                 call = functools.partial(self._upstreams[upstream].complete_text, request)
                 answer = await self._care.call(upstream, lease, record, call)
-                await self._affinity.granted(upstream, wish, lease)  # where it was served (after a retry, too)
+                if wish.chain:  # where it was served (after a retry, too)
+                    await affinity.granted(upstream, wish, lease)
             finally:
                 await lease.release()
             if answer.usage.input_tokens or answer.usage.output_tokens:
@@ -71,8 +74,10 @@ class CompletionService:
         """The answer's chunk batches; failures before the first are raised (no byte was sent).
         An upstream that reports no usage gets an estimated `UsageReport` as the last batch."""
         upstream, request = route(self._router, salted(request, consumer), record)
+        affinity = self._affinity
         async with self._consumers.turn(consumer, request, record) as turn:
-            wish = await self._affinity.wish(upstream, request, consumer)
+            # Not awaited at all for an upstream without affinity (no [endpoints], or affinity off).
+            wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
             lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
                                                     wish.max_extra)
             lost, meter = lease.lost, turn.meter
@@ -80,7 +85,8 @@ class CompletionService:
             try:
                 opener = functools.partial(self._upstreams[upstream].open_text_stream, request)
                 async with self._care.open(upstream, lease, record, opener) as batches:
-                    await self._affinity.granted(upstream, wish, lease)
+                    if wish.chain:
+                        await affinity.granted(upstream, wish, lease)
                     async for batch in batches:
                         if lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)

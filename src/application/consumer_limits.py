@@ -18,8 +18,7 @@ refusal costs no body and no decode):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from types import TracebackType
 
 from domain.canonical import Usage
 from domain.consumers import ANONYMOUS, EMPTY_SNAPSHOT, Consumer
@@ -50,7 +49,12 @@ OPEN_DOOR = Door()  # nothing taken: anonymous, unlimited, or no slot needed
 
 
 class Turn:
-    """One request's share of its consumer's token limits, while it runs."""
+    """One request's share of its consumer's token limits, while it runs (`async with`).
+
+    This one reserves nothing: the anonymous consumer, or one without token limits. A plain
+    object rather than an `asynccontextmanager`: that costs a generator and its wrapper per
+    request, for nothing to do (`_ReservedTurn` is the one with work around the block).
+    """
 
     __slots__ = ("meter", "reached_upstream", "reservation")
 
@@ -61,6 +65,48 @@ class Turn:
 
     def used(self) -> Usage:
         return self.meter.usage()
+
+    async def __aenter__(self) -> Turn:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+class _ReservedTurn(Turn):
+    """A turn of a token-limited consumer: reserved on entry, settled with what was used on exit."""
+
+    __slots__ = ("_consumer", "_record", "_request", "_usage")
+
+    def __init__(
+        self, usage: UsageLedger, consumer: Consumer, request: Estimable, record: RequestRecord | None
+    ) -> None:
+        super().__init__(request)
+        self._usage = usage
+        self._consumer = consumer
+        self._request = request
+        self._record = record
+
+    async def __aenter__(self) -> Turn:
+        try:
+            reservation = await self._usage.reserve_tokens(self._consumer, reservation_tokens(self._request))
+        except RateLimited as refused:
+            _note_refusal(self._record, refused)
+            raise
+        self.reservation = reservation
+        if self._record is not None:
+            self._record.rate = reservation.snapshot
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None and issubclass(exc_type, UpstreamUnavailable):
+            self.reached_upstream = False  # refused or unreachable: the prompt never got there
+        assert self.reservation is not None
+        await self.reservation.settle(self.meter.total if self.reached_upstream else 0)
 
 
 def _note_refusal(record: RequestRecord | None, refused: RateLimited) -> None:
@@ -109,24 +155,9 @@ class ConsumerLimits:
             raise busy from None
         return Door(slot)
 
-    @asynccontextmanager
-    async def turn(self, consumer: Consumer, request: Estimable, record: RequestRecord | None) -> AsyncIterator[Turn]:
-        """Step 4 (module doc): the token reservation around the request's upstream call."""
-        turn = Turn(request)
+    def turn(self, consumer: Consumer, request: Estimable, record: RequestRecord | None) -> Turn:
+        """Step 4 (module doc): the token reservation around the request's upstream call
+        (`async with`); a refusal (`RateLimited`, 429) is raised on entering it."""
         if consumer is ANONYMOUS or not consumer.limits.token_limited or self._usage is None:
-            yield turn
-            return
-        try:
-            reservation = turn.reservation = await self._usage.reserve_tokens(consumer, reservation_tokens(request))
-        except RateLimited as refused:
-            _note_refusal(record, refused)
-            raise
-        if record is not None:
-            record.rate = reservation.snapshot
-        try:
-            yield turn
-        except UpstreamUnavailable:
-            turn.reached_upstream = False  # refused or unreachable: the prompt never got there
-            raise
-        finally:
-            await reservation.settle(turn.meter.total if turn.reached_upstream else 0)
+            return Turn(request)
+        return _ReservedTurn(self._usage, consumer, request, record)

@@ -111,9 +111,7 @@ class Slots:
         if slots != 1:
             span.set("gateway.sequences", slots)
         try:
-            if prefer:
-                return await self._gate.enter(upstream, consumer, slots=slots, prefer=prefer, max_extra=max_extra)
-            return await self._gate.enter(upstream, consumer, slots=slots)
+            return await self._gate.enter(upstream, consumer, slots, prefer, max_extra)
         except GatewayError as error:
             span.set("gateway.admission.outcome", error.kind)
             span.end(error.kind)

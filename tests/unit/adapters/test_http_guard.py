@@ -144,6 +144,20 @@ async def test_the_next_head_is_timed_from_its_first_byte_not_the_idle_time_befo
     writer.close()
 
 
+async def test_a_head_begun_while_the_last_ones_timer_is_still_set_gets_its_whole_time(serve: Any) -> None:
+    # One timer per connection: set at the opening (for 0.5 s), still set when the next head
+    # begins 0.3 s later; that head is timed from its own first byte, not cut at 0.5 s.
+    reader, writer = await asyncio.open_connection("127.0.0.1", await serve(0.5, 5.0))
+    assert await exchange(reader, writer) == b"ok"
+    await asyncio.sleep(0.3)
+    writer.write(b"GET / HTTP/1.1\r\n")
+    began = now()
+    received = await read_all(reader)
+    assert 0.5 - 0.05 <= now() - began <= 0.5 + 0.5
+    assert received.startswith(b"HTTP/1.1 408 "), received
+    writer.close()
+
+
 async def test_a_head_that_keeps_growing_gets_a_plain_431(serve: Any) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", await serve(5.0, 5.0))
     writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n")

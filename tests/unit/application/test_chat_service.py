@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import msgspec
@@ -80,7 +80,10 @@ class FakeGate:
         self.reject = reject
         self.consumers: list[Consumer] = []  # who entered, in order
 
-    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1) -> FakeLease | FakeTicket:
+    async def enter(
+        self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1,
+        prefer: Sequence[str] = (), max_extra: int = 0,
+    ) -> FakeLease | FakeTicket:
         self.consumers.append(consumer)
         if self.free > 0:
             self.free -= 1
@@ -270,7 +273,10 @@ class FencedGate(FakeGate):
         super().__init__(free=1)
         self.lost = asyncio.Event()
 
-    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1) -> FakeLease | FakeTicket:
+    async def enter(
+        self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1,
+        prefer: Sequence[str] = (), max_extra: int = 0,
+    ) -> FakeLease | FakeTicket:
         lease = await super().enter(upstream, consumer)
         lease.lost = self.lost  # type: ignore[union-attr]
         lease.losable = True  # type: ignore[union-attr]

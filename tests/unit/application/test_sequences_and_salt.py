@@ -8,6 +8,7 @@ with that consumer's `cache_salt`, whatever the client sent.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from tests.unit.application.test_chat_service import CHUNKS, FakeUpstream
 from tests.unit.application.test_completion_services import ROUTER, FakeClient
@@ -48,7 +49,10 @@ class SlotsGate:
         self.entered: list[int] = []
         self.in_use = 0
 
-    async def enter(self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1) -> Lease:
+    async def enter(
+        self, upstream: str, consumer: Consumer = ANONYMOUS, slots: int = 1,
+        prefer: Sequence[str] = (), max_extra: int = 0,
+    ) -> Lease:
         self.entered.append(slots)
         self.in_use += slots
         return Lease(self, slots)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -71,7 +71,9 @@ class FakeGate:
     def __init__(self, reject: bool = False) -> None:
         self.reject, self.in_use = reject, 0
 
-    async def enter(self, upstream: str, consumer: object = None, slots: int = 1) -> FakeLease:
+    async def enter(
+        self, upstream: str, consumer: object = None, slots: int = 1, prefer: Sequence[str] = (), max_extra: int = 0
+    ) -> FakeLease:
         if self.reject:
             raise QueueFull(retry_after=2)
         self.in_use += 1

@@ -126,3 +126,18 @@ async def test_an_answer_cut_after_its_head_is_not_resent(server: Server, client
     with pytest.raises(UpstreamError, match="mid-answer"):
         await client.complete(request())
     assert server.requests == [(0, 0), (0, 1)]
+
+
+async def test_a_pooled_connection_another_caller_opened_counts_as_reused(server: Server) -> None:
+    session = upstream_session(server.url)
+    client = OpenAICompatClient({"up": session}, name="up", base_url=server.url, connect_timeout=2,
+                                first_byte_timeout=2, idle_timeout=2)
+    try:
+        async with session.post(server.url + "/v1/chat/completions", data=b"{}") as resp:  # not the client's
+            await resp.read()
+        server.script[(0, 1)] = "close"  # the client's call meets that connection dead
+        response = await client.complete(request())
+        assert response.content == [TextPart(text="ok")]
+        assert server.requests == [(0, 0), (0, 1), (1, 0)]
+    finally:
+        await session.close()

@@ -38,6 +38,7 @@ from litestar import Request
 from litestar.exceptions import InternalServerException
 from litestar.response import Stream
 
+from adapters.deadline import Deadline
 from adapters.inbound._shared.limits import MAX_MODEL_CHARS
 from application.consumer_limits import Door
 from domain.consumers import ANONYMOUS_IDENTITY, Identity, RateSnapshot
@@ -258,7 +259,7 @@ async def read_body(request: Request[Any, Any, Any], timeout: float | None) -> b
         if timeout is None:
             return await request.body()
         try:
-            async with asyncio.timeout(timeout):
+            with Deadline(timeout):  # asyncio.timeout's rule, without its coroutines (adapters/deadline.py)
                 return await request.body()
         except TimeoutError:
             raise RequestTimeout(f"The request body was not received within {timeout:g} seconds.") from None

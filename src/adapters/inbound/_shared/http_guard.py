@@ -14,10 +14,13 @@ only public attributes (`transport`, `loop`, `cycle` and its `scope` and
   answers it in the surface's shape), so memory is bounded by `max_bytes` plus one
   read (256 KiB).
 - Head time: a connection must complete each request head within `timeout` seconds of
-  opening or of that request's first byte, on one event-loop timer (`loop.call_later`);
-  otherwise it gets a plain-text 408 and is closed (slowloris, idle connections that
-  never send a request). Between requests an idle connection is uvicorn's business
-  (its `timeout_keep_alive`, the gateway's `keep_alive_timeout_seconds`).
+  opening or of that request's first byte; otherwise it gets a plain-text 408 and is
+  closed (slowloris, idle connections that never send a request). Between requests an
+  idle connection is uvicorn's business (its `timeout_keep_alive`, the gateway's
+  `keep_alive_timeout_seconds`). One lazy event-loop timer per connection, not one per
+  request: a head notes when it began, a complete head only clears that, and the timer,
+  when it fires, closes the connection if the pending head is overdue, is set again for
+  its deadline if it is not, or is dropped (until the next head) if none is pending.
 - Stalled readers: when the transport's write buffer passes its high-water mark, asyncio
   calls `pause_writing` and uvicorn's `send` waits (its flow control) until
   `resume_writing`. A client that stops reading would hold that wait, and the request's
@@ -66,6 +69,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_fresh = False  # the current head began inside the chunk being parsed
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_since: float | None = None  # when the pending head's time began; None: no head pending
         self._stall_timer: asyncio.TimerHandle | None = None
         self._stall_mark = 0  # the write buffer's size when the stall timer was (re)armed
 
@@ -73,6 +77,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._head_since = self.loop.time()  # the first head is timed from the connection's opening
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -102,26 +107,35 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head, self._head_fresh, self._head_bytes = True, True, 0
-        if self._head_timer is None:  # else: the first head, timed from the connection's opening
+        if self._head_since is None:  # else: the first head, timed from the connection's opening
+            self._head_since = self.loop.time()
+        if self._head_timer is None:
             self._arm_head_timer()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._disarm_head_timer()
+        self._head_since = None  # the timer stays: cheaper than one per request (module doc)
         super().on_headers_complete()
 
     # the bounds
 
     def _arm_head_timer(self) -> None:
-        self._head_timer = self.loop.call_later(self.timeout, self._head_timed_out)
+        assert self._head_since is not None
+        self._head_timer = self.loop.call_at(self._head_since + self.timeout, self._head_check)
 
     def _disarm_head_timer(self) -> None:
         timer, self._head_timer = self._head_timer, None
         if timer is not None:
             timer.cancel()
 
-    def _head_timed_out(self) -> None:
+    def _head_check(self) -> None:
         self._head_timer = None
+        since = self._head_since
+        if since is None:
+            return  # no head pending: the next one sets the timer again
+        if self.loop.time() < since + self.timeout:
+            self._arm_head_timer()  # a later head than the one the timer was set for
+            return
         self._refuse(408, "Request headers not received in time.")
 
     def _disarm_stall_timer(self) -> None:
@@ -149,6 +163,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         self._in_head = False
+        self._head_since = None
         self._disarm_head_timer()
         transport = self.transport
         if transport.is_closing():

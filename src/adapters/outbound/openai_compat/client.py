@@ -8,8 +8,9 @@ address on the replica's own session (`ReplicaSessions`).
 Three timeouts, because the wait for headers and the gaps between body reads need
 different bounds (a non-streaming answer sends its headers only when generation is
 done): `connect_timeout` bounds DNS, TCP and TLS connect (aiohttp's `connect` and
-`sock_connect`), `first_byte_timeout` the wait for the response headers, `idle_timeout`
-every single wait for more of the body (one lazy timer per response: `body_reader.py`).
+`sock_connect`), `first_byte_timeout` the wait for the response headers (one loop timer
+per call: `adapters/deadline.py`), `idle_timeout` every single wait for more of the body
+(one lazy timer per response: `body_reader.py`).
 
 Any exit before a response body's end closes the response, so its connection is
 closed instead of returned to the pool: that is how vLLM learns the client went away
@@ -28,7 +29,6 @@ message (what the client sees) do not depend on it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -38,6 +38,7 @@ import aiohttp
 import msgspec
 from yarl import URL
 
+from adapters.deadline import Deadline
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, Usage
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import (
@@ -59,7 +60,7 @@ from .completion_mapping import TextStreamMapper, completion_from_body, embeddin
 from .context_errors import upstream_rejection
 from .replica_sessions import ReplicaSessions
 from .request_body import encode_chat, encode_tokenize
-from .session import Attempt
+from .session import CURRENT_ATTEMPT, Attempt
 from .stream_mapping import StreamMapper, response_from_completion
 from .wire import ERROR_DECODER, TOKENIZE_DECODER
 
@@ -287,7 +288,7 @@ class OpenAICompatClient:
         """
         attempt = Attempt()
         try:
-            async with asyncio.timeout(self._first_byte):
+            with Deadline(self._first_byte):  # asyncio.timeout's rule, for less (adapters/deadline.py)
                 return await self._send(session, url, body, headers, attempt)
         except aiohttp.ConnectionTimeoutError as exc:  # before TimeoutError: it is one
             raise UpstreamTimeout(f"upstream '{self.name}' connect timed out", failure=FailureKind.CONNECT) from exc
@@ -319,22 +320,26 @@ class OpenAICompatClient:
         self, session: aiohttp.ClientSession, url: URL, body: bytes, headers: dict[str, str], attempt: Attempt
     ) -> aiohttp.ClientResponse:
         """One POST, sent again once (to the same address) if a reused connection died before the answer's head."""
+        token = CURRENT_ATTEMPT.set(attempt)  # the session's connector marks it (session.py)
         try:
-            return await session.post(
-                url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False,
-                trace_request_ctx=attempt,
-            )
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if not attempt.reused or isinstance(exc, aiohttp.ClientConnectorError):
-                raise
-        attempt.sent = False  # the resend is a new attempt (never reused: `reused` is not read again)
-        return await session.post(
-            url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False,
-            trace_request_ctx=attempt,
-        )
+            try:
+                return await session.post(
+                    url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
+                )
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if not attempt.reused or isinstance(exc, aiohttp.ClientConnectorError):
+                    raise
+            attempt.sent = False  # the resend is a new attempt (never reused: `reused` is not read again)
+            return await session.post(url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False)
+        finally:
+            CURRENT_ATTEMPT.reset(token)
 
     async def _read_all(self, resp: aiohttp.ClientResponse) -> bytes:
         """The whole body, with `idle_timeout` bounding each wait for more (`BodyReader`)."""
+        content = resp.content
+        if content.is_eof() and content.exception() is None:
+            # It all came with the head (most short answers): nothing to wait for, so no timer.
+            return content.read_nowait()
         reader = BodyReader(resp, self._idle, self.name)
         try:
             parts = []
