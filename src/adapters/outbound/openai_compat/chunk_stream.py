@@ -21,7 +21,7 @@ from domain.errors import GatewayError, UpstreamProtocolError
 from .sse_decoder import SseDecoder, SseOverflow
 from .stream_mapping import Phase, StreamMapper
 
-_FAILED, _ENDED = Phase.FAILED, Phase.DONE  # bound once: an Enum member lookup costs ~60 ns on 3.11
+_FAILED = Phase.FAILED  # bound once: an Enum member lookup costs ~60 ns on Python 3.11, per payload
 _DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the connection is closed
 
 
