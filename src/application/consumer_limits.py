@@ -91,7 +91,9 @@ class _ReservedTurn(Turn):
 
     async def __aenter__(self) -> Turn:
         try:
-            reservation = await self._usage.reserve_tokens(self._consumer, reservation_tokens(self._request))
+            # the prompt's estimate the meter already holds: counted once per request
+            tokens = reservation_tokens(self._request, self.meter.prompt)
+            reservation = await self._usage.reserve_tokens(self._consumer, tokens)
         except RateLimited as refused:
             _note_refusal(self._record, refused)
             raise

@@ -10,6 +10,7 @@ from adapters.inbound.anthropic import errors as anthropic_errors
 from adapters.inbound.anthropic.rate_headers import rate_limit_headers as anthropic_headers
 from adapters.inbound.openai import errors as openai_errors
 from adapters.inbound.openai.rate_headers import duration
+from adapters.inbound.openai.rate_headers import rate_limit_header_map as openai_header_map
 from adapters.inbound.openai.rate_headers import rate_limit_headers as openai_headers
 from domain.consumers import LimitKind, RateSnapshot, RateState
 from domain.errors import RateLimited
@@ -33,6 +34,14 @@ def test_openai_headers() -> None:
         b"x-ratelimit-remaining-tokens": b"150000", b"x-ratelimit-reset-tokens": b"15s",
     }
     assert openai_headers(None) == [] and openai_headers(RateSnapshot()) == []
+
+
+@pytest.mark.parametrize("snapshot", [SNAPSHOT, RateSnapshot(), RateSnapshot(requests=SNAPSHOT.requests),
+                                      RateSnapshot(tokens=SNAPSHOT.tokens)])
+def test_openai_header_map_is_the_headers_as_text(snapshot: RateSnapshot) -> None:
+    # built as text directly, in the same order as the wire list
+    assert list(openai_header_map(snapshot).items()) == [
+        (name.decode(), value.decode()) for name, value in openai_headers(snapshot)]
 
 
 def test_anthropic_headers_reset_at_an_rfc3339_time() -> None:
