@@ -83,7 +83,9 @@ class _ReservedTurn(Turn):
     def __init__(
         self, usage: UsageLedger, consumer: Consumer, request: Estimable, record: RequestRecord | None
     ) -> None:
-        super().__init__(request)
+        self.meter = UsageMeter(prompt_tokens(request))  # Turn.__init__, written out
+        self.reached_upstream = False
+        self.reservation: Reservation | None = None
         self._usage = usage
         self._consumer = consumer
         self._request = request
