@@ -8,7 +8,8 @@ the slot back on every path) happens here, once, for all of them.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from typing import Any
 
 import msgspec
 
@@ -60,10 +61,11 @@ class ChatService:
     def models(self) -> list[str]:
         return self._router.models()
 
-    async def admit(self, consumer: Consumer, record: RequestRecord | None = None) -> Door:
+    def admit(self, consumer: Consumer, record: RequestRecord | None = None) -> Coroutine[Any, Any, Door]:
         """A consumer's request count and in-flight slot, before its body is read (the edge
-        calls it for every request that reaches a model); release the `Door` at the end."""
-        return await self._consumers.admit(consumer, record)
+        calls it for every request that reaches a model); release the `Door` at the end.
+        `ConsumerLimits.admit`'s coroutine itself: no coroutine of its own to await it."""
+        return self._consumers.admit(consumer, record)
 
     def upstream_for(self, model: str) -> str:
         """The upstream key serving `model`; raises `ModelNotFound`."""

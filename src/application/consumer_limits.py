@@ -83,7 +83,9 @@ class _ReservedTurn(Turn):
     def __init__(
         self, usage: UsageLedger, consumer: Consumer, request: Estimable, record: RequestRecord | None
     ) -> None:
-        super().__init__(request)
+        self.meter = UsageMeter(prompt_tokens(request))  # Turn.__init__, written out
+        self.reached_upstream = False
+        self.reservation: Reservation | None = None
         self._usage = usage
         self._consumer = consumer
         self._request = request
@@ -91,7 +93,9 @@ class _ReservedTurn(Turn):
 
     async def __aenter__(self) -> Turn:
         try:
-            reservation = await self._usage.reserve_tokens(self._consumer, reservation_tokens(self._request))
+            # the prompt's estimate the meter already holds: counted once per request
+            tokens = reservation_tokens(self._request, self.meter.prompt)
+            reservation = await self._usage.reserve_tokens(self._consumer, tokens)
         except RateLimited as refused:
             _note_refusal(self._record, refused)
             raise

@@ -36,6 +36,7 @@ from domain.errors import RateLimited
 
 SCALE = 60_000  # bucket units per token = milliseconds per minute
 DAY_MS = 86_400_000
+_REQUESTS, _TOKENS, _DAY = LimitKind.REQUESTS_PER_MINUTE, LimitKind.TOKENS_PER_MINUTE, LimitKind.TOKENS_PER_DAY
 
 
 def to_ms(now: float) -> int:
@@ -94,36 +95,53 @@ class ConsumerUsage:
         self.day, self.used = day, used
 
     def advance(self, limits: ConsumerLimits, now_ms: int) -> None:
-        elapsed = max(0, now_ms - self.stamp)
-        self.requests = _refill(self.requests, _limit(limits.requests_per_minute), elapsed)
-        self.tokens = _refill(self.tokens, _limit(limits.tokens_per_minute), elapsed)
-        self.stamp = max(self.stamp, now_ms)
+        # `_refill` and `_limit` written out: this runs two or three times per limited request.
+        stamp = self.stamp
+        elapsed = now_ms - stamp if now_ms > stamp else 0
+        rpm = limits.requests_per_minute
+        if rpm is None:
+            self.requests = None
+        else:
+            rpm = rpm if rpm > 1 else 1
+            full, level = rpm * SCALE, self.requests
+            self.requests = full if level is None or level + elapsed * rpm >= full else level + elapsed * rpm
+        tpm = limits.tokens_per_minute
+        if tpm is None:
+            self.tokens = None
+        else:
+            tpm = tpm if tpm > 1 else 1
+            full, level = tpm * SCALE, self.tokens
+            self.tokens = full if level is None or level + elapsed * tpm >= full else level + elapsed * tpm
+        if now_ms > stamp:
+            self.stamp = now_ms
         today = now_ms // DAY_MS
         if self.day != today:
             self.day, self.used = today, 0
 
     def request_refusal(self, limits: ConsumerLimits, now_ms: int) -> Refusal | None:
         """Why one more request is not admitted now (after `advance`), or None."""
-        rpm = _limit(limits.requests_per_minute)
-        if rpm is not None and self.requests is not None and self.requests < SCALE:
-            return Refusal(limit=LimitKind.REQUESTS_PER_MINUTE, wait_ms=_wait_ms(self.requests, SCALE, rpm))
+        rpm, level = limits.requests_per_minute, self.requests
+        if rpm is not None and level is not None and level < SCALE:
+            return Refusal(limit=LimitKind.REQUESTS_PER_MINUTE, wait_ms=_wait_ms(level, SCALE, rpm if rpm > 1 else 1))
         return None
 
     def token_refusal(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Refusal | None:
         """Why a reservation of `tokens` is not admitted now (after `advance`), or None: the
-        violated limit that takes longest to admit it."""
-        _, tpm, tpd = effective_limits(limits)
-        waits: list[tuple[LimitKind, int]] = []
-        if tpm is not None and self.tokens is not None:
-            need = min(tokens, tpm) * SCALE
-            if self.tokens < need:
-                waits.append((LimitKind.TOKENS_PER_MINUTE, _wait_ms(self.tokens, need, tpm)))
-        if tpd is not None and self.used + min(tokens, tpd) > tpd:
-            waits.append((LimitKind.TOKENS_PER_DAY, DAY_MS - now_ms % DAY_MS))
+        violated limit that takes longest to admit it (the per-minute one on a tie)."""
+        tpm, tpd = limits.tokens_per_minute, limits.tokens_per_day
         worst: Refusal | None = None
-        for kind, wait in waits:
-            if worst is None or wait > worst.wait_ms:
-                worst = Refusal(limit=kind, wait_ms=wait)
+        level = self.tokens
+        if tpm is not None and level is not None:
+            tpm = tpm if tpm > 1 else 1
+            need = (tokens if tokens < tpm else tpm) * SCALE
+            if level < need:
+                worst = Refusal(limit=LimitKind.TOKENS_PER_MINUTE, wait_ms=_wait_ms(level, need, tpm))
+        if tpd is not None:
+            tpd = tpd if tpd > 1 else 1
+            if self.used + (tokens if tokens < tpd else tpd) > tpd:
+                wait = DAY_MS - now_ms % DAY_MS
+                if worst is None or wait > worst.wait_ms:
+                    worst = Refusal(limit=LimitKind.TOKENS_PER_DAY, wait_ms=wait)
         return worst
 
     def receipt(self, limits: ConsumerLimits, tokens: int, now_ms: int) -> Receipt:
@@ -161,23 +179,25 @@ class ConsumerUsage:
         now_ms = to_ms(now)
         self.advance(limits, now_ms)
         diff = max(0, actual) - receipt.tokens
-        tpm = _limit(limits.tokens_per_minute)
+        tpm = limits.tokens_per_minute
         if receipt.bucket and tpm is not None and self.tokens is not None:
+            tpm = tpm if tpm > 1 else 1
             self.tokens = min(tpm * SCALE, self.tokens - diff * SCALE)
         if limits.tokens_per_day is not None and receipt.day == self.day:
             self.used = max(0, self.used + diff)
 
     def snapshot(self, limits: ConsumerLimits, now_ms: int) -> RateSnapshot:
         """The request limit and the token limit that apply (per minute, else per day)."""
-        rpm, tpm, tpd = effective_limits(limits)
+        rpm, tpm, tpd = limits.requests_per_minute, limits.tokens_per_minute, limits.tokens_per_day
         requests = tokens = None
         if rpm is not None:
-            requests = _bucket_state(LimitKind.REQUESTS_PER_MINUTE, rpm, self.requests)
+            requests = _bucket_state(_REQUESTS, rpm if rpm > 1 else 1, self.requests)
         if tpm is not None:
-            tokens = _bucket_state(LimitKind.TOKENS_PER_MINUTE, tpm, self.tokens)
+            tokens = _bucket_state(_TOKENS, tpm if tpm > 1 else 1, self.tokens)
         elif tpd is not None:
+            tpd = tpd if tpd > 1 else 1
             used = self.used if self.day == now_ms // DAY_MS else 0
-            tokens = RateState(kind=LimitKind.TOKENS_PER_DAY, limit=tpd, remaining=max(0, tpd - used),
+            tokens = RateState(kind=_DAY, limit=tpd, remaining=max(0, tpd - used),
                                reset_seconds=(DAY_MS - now_ms % DAY_MS) / 1000)
         return RateSnapshot(requests=requests, tokens=tokens)
 
@@ -202,7 +222,8 @@ def _refill(level: int | None, limit: int | None, elapsed: int) -> int | None:
 
 
 def _bucket_state(kind: LimitKind, limit: int, level: int | None) -> RateState:
+    if level is None:  # full
+        return RateState(kind=kind, limit=limit, remaining=limit, reset_seconds=0.0)
     full = limit * SCALE
-    level = full if level is None else level
-    return RateState(kind=kind, limit=limit, remaining=max(0, level // SCALE),
-                     reset_seconds=_wait_ms(level, full, limit) / 1000)
+    return RateState(kind=kind, limit=limit, remaining=level // SCALE if level > 0 else 0,
+                     reset_seconds=0.0 if level >= full else -((level - full) // limit) / 1000)

@@ -68,23 +68,24 @@ def prompt_tokens(request: Estimable) -> int:
             + TOKENS_PER_IMAGE * images)
 
 
-def reservation_tokens(request: Estimable) -> int:
+def reservation_tokens(request: Estimable, prompt_estimate: int | None = None) -> int:
     """What a request reserves before it runs: its prompt estimate plus its output budget
     (`max_tokens`, which the edge has already capped at the upstream's `max_output_tokens`)
     once per sequence it runs (`domain.sequences`: n / best_of choices, each prompt's);
-    an embedding has no output."""
+    an embedding has no output. `prompt_estimate`: `prompt_tokens(request)` if already known."""
+    prompt = prompt_tokens(request) if prompt_estimate is None else prompt_estimate
     if isinstance(request, EmbeddingRequest):
-        return prompt_tokens(request)
-    return prompt_tokens(request) + (request.max_tokens or 0) * sequences(request)
+        return prompt
+    return prompt + (request.max_tokens or 0) * sequences(request)
 
 
 class UsageMeter:
     """Watches a stream's events: the upstream's usage if it reports one, else an estimate."""
 
-    __slots__ = ("_deltas", "_prompt", "reported")
+    __slots__ = ("_deltas", "prompt", "reported")
 
     def __init__(self, prompt_estimate: int) -> None:
-        self._prompt = prompt_estimate
+        self.prompt = prompt_estimate  # read-only: the prompt's estimate
         self._deltas = 0
         self.reported: Usage | None = None
 
@@ -112,7 +113,7 @@ class UsageMeter:
         """The reported usage, or the estimate: the prompt estimate and one token per delta."""
         if self.reported is not None:
             return self.reported
-        return Usage(input_tokens=self._prompt, output_tokens=self._deltas)
+        return Usage(input_tokens=self.prompt, output_tokens=self._deltas)
 
     @property
     def total(self) -> int:

@@ -70,32 +70,38 @@ class InMemoryUsageLedger:
         limits = consumer.limits
         if limits.requests_per_minute is None:
             return EMPTY_SNAPSHOT
-        usage = self._usage_of(consumer)
+        entry = self._entry(consumer.name)
+        usage = ConsumerUsage() if entry is None else entry[0]
         snapshot = usage.take_request(limits, self._wall_time())  # RateLimited: nothing taken
-        self._usage[consumer.name] = (usage, limits)
+        if entry is None or entry[1] is not limits:  # new, or its limits changed (a reload)
+            self._usage[consumer.name] = (usage, limits)
         return snapshot
 
     async def reserve_tokens(self, consumer: Consumer, tokens: int) -> UnlimitedReservation | _MemoryReservation:
         limits = consumer.limits
         if not limits.token_limited:
             return UNLIMITED
-        usage = self._usage_of(consumer)
+        entry = self._entry(consumer.name)
+        usage = ConsumerUsage() if entry is None else entry[0]
         receipt = usage.reserve_tokens(limits, tokens, self._wall_time())  # RateLimited: nothing taken
-        self._usage[consumer.name] = (usage, limits)
+        if entry is None or entry[1] is not limits:
+            self._usage[consumer.name] = (usage, limits)
         return _MemoryReservation(self, consumer.name, limits, receipt)
 
-    def _usage_of(self, consumer: Consumer) -> ConsumerUsage:
+    def _entry(self, name: str) -> tuple[ConsumerUsage, ConsumerLimits] | None:
         self._ops += 1
         if self._ops % _SWEEP_EVERY == 0:
             self._sweep()
-        entry = self._usage.get(consumer.name)
-        return ConsumerUsage() if entry is None else entry[0]
+        return self._usage.get(name)
 
     def _settle(self, name: str, limits: ConsumerLimits, receipt: Receipt, tokens_used: int) -> None:
         entry = self._usage.get(name)
-        usage = ConsumerUsage() if entry is None else entry[0]  # swept meanwhile: fresh again
-        usage.settle(limits, receipt, tokens_used, self._wall_time())
-        self._usage[name] = (usage, entry[1] if entry is not None else limits)
+        if entry is None:  # swept meanwhile: fresh again
+            usage = ConsumerUsage()
+            usage.settle(limits, receipt, tokens_used, self._wall_time())
+            self._usage[name] = (usage, limits)
+        else:  # the state is changed in place: the table keeps it
+            entry[0].settle(limits, receipt, tokens_used, self._wall_time())
 
     def _sweep(self) -> None:
         """Forget consumers whose counters are back to fresh (full buckets, nothing today)."""

@@ -170,9 +170,13 @@ class PrometheusMetrics:
         if replica_upstreams:
             self._endpoints = EndpointMetrics(gate, replica_upstreams, r, self._page)
             self.replicas = ReplicaMetrics(r, self._page)
-        # (consumer, surface, status) -> the consumer's request counter and its two token
-        # counters: consumers come from the keys file (bounded); cleared past _MAX_CONSUMER_CHILDREN.
-        self._consumer_children: dict[tuple[str, str, int], tuple[Any, Any, Any]] = {}
+        # (consumer, surface, status) -> [the consumer's request counter and its two token
+        # counters, then what they have yet to be increased by]: consumers come from the keys
+        # file (bounded); cleared (once added) past _MAX_CONSUMER_CHILDREN. One process adds
+        # the counts to the counters when they are read (`_flush_consumers`: render, totals),
+        # not three locked `inc` per request; with several workers, at once (the files are
+        # what other workers' scrapes read).
+        self._consumer_children: dict[tuple[str, str, int], list[Any]] = {}
 
     def request_started(self, record: RequestRecord, headers: list[tuple[bytes, bytes]]) -> object:
         return None
@@ -221,21 +225,43 @@ class PrometheusMetrics:
 
     def _consumer_finished(self, record: RequestRecord, consumer: str) -> None:
         key = (consumer, record.surface, record.status)
-        children = self._consumer_children.get(key)
-        if children is None:
+        entry = self._consumer_children.get(key)
+        if entry is None:
             if len(self._consumer_children) >= _MAX_CONSUMER_CHILDREN:  # keys files change: stay bounded
+                self._flush_consumers()
                 self._consumer_children.clear()
-            children = self._consumer_children[key] = (
+            entry = self._consumer_children[key] = [
                 self._consumer_requests.labels(consumer, record.surface, str(record.status)),
-                self._consumer_tokens.labels(consumer, "prompt"), self._consumer_tokens.labels(consumer, "completion"))
-        requests, prompt, completion = children
-        requests.inc()
-        if record.input_tokens:
-            prompt.inc(record.input_tokens)
-        if record.output_tokens:
-            completion.inc(record.output_tokens)
+                self._consumer_tokens.labels(consumer, "prompt"), self._consumer_tokens.labels(consumer, "completion"),
+                0, 0, 0]
+        if self._workers is not None:  # the files now: other workers' scrapes read them
+            entry[0].inc()
+            if record.input_tokens:
+                entry[1].inc(record.input_tokens)
+            if record.output_tokens:
+                entry[2].inc(record.output_tokens)
+        else:
+            entry[3] += 1
+            if record.input_tokens:
+                entry[4] += record.input_tokens
+            if record.output_tokens:
+                entry[5] += record.output_tokens
         if record.rate_limit is not None:
             self._rate_limited.labels(consumer, record.rate_limit).inc()
+
+    def _flush_consumers(self) -> None:
+        """Add the consumer counts not yet added to their counters."""
+        for entry in self._consumer_children.values():
+            requests, prompt, completion = entry[3], entry[4], entry[5]
+            if requests:
+                entry[0].inc(requests)
+                entry[3] = 0
+            if prompt:
+                entry[1].inc(prompt)
+                entry[4] = 0
+            if completion:
+                entry[2].inc(completion)
+                entry[5] = 0
 
     def sync(self, upstream: str | None = None) -> None:
         """Mirror the gate's outcome counts (and Redis health, open leases) into the series."""
@@ -264,12 +290,14 @@ class PrometheusMetrics:
 
     def render(self) -> tuple[bytes, bytes]:
         self.sync()
+        self._flush_consumers()
         return CONTENT_TYPE_LATEST.encode(), generate_latest(self._page)
 
     def totals(self) -> Totals:
         """The cumulative counts the status page shows per minute (every worker's):
         ("unavailable", upstream, kind), ("requests", consumer), ("tokens", consumer),
         ("limited", consumer, limit)."""
+        self._flush_consumers()
         wanted = {"gateway_upstream_errors", "gateway_consumer_requests", "gateway_consumer_tokens",
                   "gateway_rate_limited"}
         families: Iterable[Metric]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.inbound._shared import auth
 from adapters.inbound._shared.auth import authenticate, presented_key
 from domain.consumers import Consumer, key_digest
 from domain.errors import InvalidApiKey
@@ -71,3 +72,22 @@ def test_only_the_digest_is_looked_up() -> None:
     store = FakeCredentialStore({KEY: FRONTEND})
     authenticate([(b"x-api-key", KEY.encode())], store)
     assert store.lookups == [key_digest(KEY)]
+
+
+def test_identity_follows_the_store_and_remembers_only_known_digests() -> None:
+    headers = [(b"authorization", b"Bearer " + KEY.encode())]
+    store = FakeCredentialStore({KEY: FRONTEND})
+    first = authenticate(headers, store)
+    assert authenticate(headers, store) is first  # made once per known key
+    assert store.lookups == [key_digest(KEY)] * 2  # the store is asked every time (reloads, revocations)
+    batch = Consumer(name="batch")
+    store.by_digest[key_digest(KEY)] = batch  # the keys file reloaded: the key moved
+    assert authenticate(headers, store).consumer is batch
+    del store.by_digest[key_digest(KEY)]  # revoked
+    with pytest.raises(InvalidApiKey):
+        authenticate(headers, store)
+    for n in range(auth._MAX_IDENTITIES + 10):  # random keys: none is remembered
+        with pytest.raises(InvalidApiKey):
+            authenticate([(b"x-api-key", f"random-{n}".encode())], store)
+    assert key_digest(f"random-{n}") not in auth._identities
+    assert len(auth._identities) <= auth._MAX_IDENTITIES

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from tests.support.metrics import samples
 from tests.unit.adapters.test_memory_gate import FakeClock
 
+from adapters.outbound import prometheus_metrics
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from domain.records import RequestRecord
@@ -24,3 +26,30 @@ def test_the_model_label_is_the_configured_name_never_the_clients() -> None:
               if name == "gateway_tokens_total"]
     assert sorted((labels["model"], labels["direction"], v) for labels, v in tokens) == [
         ("m", "input", 100.0), ("m", "output", 150.0)]
+
+
+def test_consumer_counts_are_all_there_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process adds a consumer's counts to its counters when they are read (render,
+    totals) and before the children are cleared past their bound; none is lost."""
+    monkeypatch.setattr(prometheus_metrics, "_MAX_CONSUMER_CHILDREN", 3)
+    metrics = PrometheusMetrics(InMemoryAdmissionGate({}, FakeClock()))
+
+    def finish(consumer: str, status: int = 200) -> None:
+        metrics.request_finished(RequestRecord(request_id="r", surface="v1", route="chat", method="POST",
+                                               status=status, duration_seconds=1, consumer=consumer,
+                                               input_tokens=2, output_tokens=3))
+
+    for _ in range(4):
+        finish("a")
+    assert metrics.totals()[("requests", "a")] == 4 and metrics.totals()[("tokens", "a")] == 20
+    for name in ("b", "c", "d", "e"):  # past the bound: the children are cleared, counts kept
+        finish(name)
+        finish("a", 429)
+    page = samples(metrics.render()[1].decode())
+    requests = {(labels["consumer"], labels["status"]): v for name, labels, v in page
+                if name == "gateway_consumer_requests_total"}
+    assert requests == {("a", "200"): 4, ("a", "429"): 4, ("b", "200"): 1, ("c", "200"): 1,
+                        ("d", "200"): 1, ("e", "200"): 1}
+    tokens = {(labels["consumer"], labels["kind"]): v for name, labels, v in page
+              if name == "gateway_consumer_tokens_total"}
+    assert tokens[("a", "prompt")] == 16 and tokens[("a", "completion")] == 24 and tokens[("e", "prompt")] == 2

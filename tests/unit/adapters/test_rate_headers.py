@@ -5,11 +5,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from litestar import Response
 
+from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound.anthropic import errors as anthropic_errors
 from adapters.inbound.anthropic.rate_headers import rate_limit_headers as anthropic_headers
 from adapters.inbound.openai import errors as openai_errors
 from adapters.inbound.openai.rate_headers import duration
+from adapters.inbound.openai.rate_headers import rate_limit_header_map as openai_header_map
 from adapters.inbound.openai.rate_headers import rate_limit_headers as openai_headers
 from domain.consumers import LimitKind, RateSnapshot, RateState
 from domain.errors import RateLimited
@@ -35,6 +38,14 @@ def test_openai_headers() -> None:
     assert openai_headers(None) == [] and openai_headers(RateSnapshot()) == []
 
 
+@pytest.mark.parametrize("snapshot", [SNAPSHOT, RateSnapshot(), RateSnapshot(requests=SNAPSHOT.requests),
+                                      RateSnapshot(tokens=SNAPSHOT.tokens)])
+def test_openai_header_map_is_the_headers_as_text(snapshot: RateSnapshot) -> None:
+    # built as text directly, in the same order as the wire list
+    assert list(openai_header_map(snapshot).items()) == [
+        (name.decode(), value.decode()) for name, value in openai_headers(snapshot)]
+
+
 def test_anthropic_headers_reset_at_an_rfc3339_time() -> None:
     before = time.time()
     headers = dict(anthropic_headers(SNAPSHOT))
@@ -54,3 +65,11 @@ def test_429_in_each_surface_shape_with_retry_after_and_the_headers() -> None:
     status, body, _, headers = anthropic_errors.AnthropicErrors().render(error, "rid")
     assert status == 429 and b'"type":"rate_limit_error"' in body
     assert (b"retry-after", b"7") in headers and (b"anthropic-ratelimit-requests-remaining", b"599") in headers
+
+
+@pytest.mark.parametrize("headers", [None, {}, {"request-id": "req_1"}, openai_header_map(SNAPSHOT)])
+def test_json_answer_sends_the_headers_litestar_would(headers: dict[str, str] | None) -> None:
+    body = b'{"id": "x"}'
+    ours = json_answer(body, headers).to_asgi_response(None, None)  # type: ignore[arg-type]
+    plain = Response(body, media_type="application/json", headers=headers).to_asgi_response(None, None)  # type: ignore[arg-type]
+    assert sorted(ours.headers.headers) == sorted(plain.headers.headers) and ours.body == plain.body

@@ -3,7 +3,8 @@ required (`dialect._edge_checks`).
 
 A key comes as `Authorization: Bearer <key>` (OpenAI clients) or `x-api-key: <key>`
 (Anthropic clients); both are accepted on every surface, and two different keys in one
-request are refused. Only the key's SHA-256 digest is looked up. It runs after the
+request are refused. Only the key's SHA-256 digest is looked up (and remembered, with the
+identity it found). It runs after the
 header-size check and before the handler, so a refused request never reaches
 limits or admission; the identity it finds goes on the request's `Call`. No message
 quotes a key: only its non-secret key id, when it has one.
@@ -11,10 +12,11 @@ quotes a key: only its non-secret key id, when it has one.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 from adapters.inbound._shared.edge import Call
-from domain.consumers import Identity, key_digest, key_id
+from domain.consumers import DIGEST_PREFIX, Identity, key_id
 from domain.errors import InvalidApiKey
 from ports.consumers import CredentialStore
 
@@ -22,6 +24,12 @@ _BEARER = b"bearer "
 MISSING = "No API key: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`."
 TWO_KEYS = "The request carries two different API keys; send one (`Authorization: Bearer` or `x-api-key`)."
 NOT_BEARER = "The Authorization header must be `Bearer <key>`."
+
+# digest -> the identity last made for it: a known key's identity (its consumer, its key id)
+# is made once, not per request. Keyed by digest (no key is kept) and filled only by keys
+# the store knows, so it is bounded by the keys file; cleared past the bound anyway.
+_identities: dict[str, Identity] = {}
+_MAX_IDENTITIES = 4096
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
@@ -50,12 +58,20 @@ def authenticate(headers: Iterable[tuple[bytes, bytes]], store: CredentialStore)
     raw = presented_key(headers)
     # A key is printable ASCII; anything else cannot be in the file (and is not echoed).
     key = raw.decode("ascii", "replace")
-    consumer = store.lookup(key_digest(key)) if raw.isascii() and key.isprintable() else None
-    ident = key_id(key)
+    consumer = None
+    if raw.isascii() and key.isprintable():
+        digest = DIGEST_PREFIX + hashlib.sha256(raw).hexdigest()  # `key_digest(key)`: ASCII is its own UTF-8
+        consumer = store.lookup(digest)
     if consumer is None:
+        ident = key_id(key)
         which = f"The API key with id {ident}" if ident else "The API key"
         raise InvalidApiKey(f"{which} is not valid (unknown or revoked).")
-    return Identity(consumer=consumer, key_id=ident)
+    identity = _identities.get(digest)
+    if identity is None or identity.consumer is not consumer:  # new, or the keys file reloaded
+        if len(_identities) >= _MAX_IDENTITIES:
+            _identities.clear()
+        identity = _identities[digest] = Identity(consumer=consumer, key_id=key_id(key))
+    return identity
 
 
 def identify(call: Call, headers: Iterable[tuple[bytes, bytes]], store: CredentialStore) -> None:

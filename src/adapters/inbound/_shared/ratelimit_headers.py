@@ -41,5 +41,17 @@ def rate_limit_headers(snapshot: RateSnapshot | None) -> Headers:
 
 
 def rate_limit_header_map(snapshot: RateSnapshot) -> dict[str, str]:
-    """The same headers for a Litestar `Response` (a successful answer)."""
-    return {name.decode(): value.decode() for name, value in rate_limit_headers(snapshot)}
+    """The same headers for a Litestar `Response` (a successful answer), built as text
+    directly: this runs for every answer of a limited consumer."""
+    out: dict[str, str] = {}
+    state = snapshot.requests
+    if state is not None:
+        out["x-ratelimit-limit-requests"] = str(state.limit)
+        out["x-ratelimit-remaining-requests"] = str(state.remaining)
+        out["x-ratelimit-reset-requests"] = duration(state.reset_seconds)
+    state = snapshot.tokens
+    if state is not None:
+        out["x-ratelimit-limit-tokens"] = str(state.limit)
+        out["x-ratelimit-remaining-tokens"] = str(state.remaining)
+        out["x-ratelimit-reset-tokens"] = duration(state.reset_seconds)
+    return out

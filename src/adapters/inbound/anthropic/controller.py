@@ -17,6 +17,7 @@ from litestar import Request, Response, Router, get, post
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
+from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
 from adapters.inbound.anthropic import schema as wire
 from adapters.inbound.anthropic.errors import AnthropicErrors
@@ -79,7 +80,7 @@ def router(context: EdgeContext) -> Router:
         record.input_tokens = response.usage.input_tokens
         record.output_tokens = response.usage.output_tokens
         record.finish_reason = response.finish_reason
-        return Response(encode_message(response, chat.model), media_type=JSON, headers=headers)
+        return json_answer(encode_message(response, chat.model), headers)
 
     @post(
         "/v1/messages/count_tokens", status_code=200, summary="Anthropic token count",

@@ -19,6 +19,7 @@ from litestar.handlers import HTTPRouteHandler
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
+from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
 from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
@@ -111,7 +112,7 @@ def text_completions_handler(service: CompletionService, limits: InputLimits) ->
         record = call.record
         record.input_tokens, record.output_tokens = answer.usage.input_tokens, answer.usage.output_tokens
         record.finish_reason = answer.finish_reason
-        return Response(completion_body(answer, text.model), media_type=JSON, headers=_rate_headers(call))
+        return json_answer(completion_body(answer, text.model), _rate_headers(call))
 
     return completions
 
@@ -131,7 +132,7 @@ def embeddings_handler(service: EmbeddingService, limits: InputLimits) -> HTTPRo
         answer = await service.embed(inputs, call.record, call.identity.consumer)
         call.stop_watching()
         call.record.input_tokens = answer.usage.input_tokens
-        return Response(embeddings_body(answer, inputs.model), media_type=JSON, headers=_rate_headers(call))
+        return json_answer(embeddings_body(answer, inputs.model), _rate_headers(call))
 
     return embeddings
 
@@ -147,7 +148,7 @@ def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]
     record.input_tokens = response.usage.input_tokens
     record.output_tokens = response.usage.output_tokens
     record.finish_reason = response.finish_reason
-    return Response(response_body(response, model, NATIVE_FORMAT), media_type=JSON, headers=_rate_headers(call))
+    return json_answer(response_body(response, model, NATIVE_FORMAT), _rate_headers(call))
 
 
 async def _frames(

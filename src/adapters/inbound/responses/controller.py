@@ -22,6 +22,7 @@ from litestar import Request, Response, Router, post
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
 from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import as_gateway_error
+from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
 from adapters.inbound._shared.problem import Problem
 from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
@@ -78,7 +79,7 @@ def router(context: EdgeContext) -> Router:
         record.output_tokens = answer.usage.output_tokens
         record.finish_reason = answer.finish_reason
         headers = rate_limit_header_map(record.rate) if record.rate is not None else None
-        return Response(encode_response(answer, decoded), media_type=JSON, headers=headers)
+        return json_answer(encode_response(answer, decoded), headers)
 
     return dialect_router("/v1", SURFACE, [create_response], renderer, context, unknown_paths=False)
 
