@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.inbound._shared import auth
-from adapters.inbound._shared.auth import authenticate, presented_key
+from adapters.inbound._shared.auth import Authenticator, presented_key
 from domain.consumers import Consumer, key_digest
 from domain.errors import InvalidApiKey
 
@@ -40,7 +40,7 @@ class FakeCredentialStore:
 )
 def test_either_header_carries_the_key(headers: list[tuple[bytes, bytes]]) -> None:
     assert presented_key([(b"content-type", b"application/json"), *headers]) == KEY.encode()
-    identity = authenticate(headers, FakeCredentialStore({KEY: FRONTEND}))
+    identity = Authenticator(FakeCredentialStore({KEY: FRONTEND})).authenticate(headers)
     assert identity.consumer is FRONTEND and identity.key_id == "1a2b3c4d"
 
 
@@ -61,7 +61,7 @@ def test_refusals_are_invalid_api_key_and_never_quote_a_key(
     headers: list[tuple[bytes, bytes]], message: str
 ) -> None:
     with pytest.raises(InvalidApiKey) as caught:
-        authenticate(headers, FakeCredentialStore({KEY: FRONTEND}))
+        Authenticator(FakeCredentialStore({KEY: FRONTEND})).authenticate(headers)
     error = caught.value
     assert error.status == 401 and message in error.message
     for secret in (KEY, OTHER, "sk-something-else", "k" * 43, "o" * 43):
@@ -70,24 +70,24 @@ def test_refusals_are_invalid_api_key_and_never_quote_a_key(
 
 def test_only_the_digest_is_looked_up() -> None:
     store = FakeCredentialStore({KEY: FRONTEND})
-    authenticate([(b"x-api-key", KEY.encode())], store)
+    Authenticator(store).authenticate([(b"x-api-key", KEY.encode())])
     assert store.lookups == [key_digest(KEY)]
 
 
 def test_identity_follows_the_store_and_remembers_only_known_digests() -> None:
     headers = [(b"authorization", b"Bearer " + KEY.encode())]
     store = FakeCredentialStore({KEY: FRONTEND})
-    first = authenticate(headers, store)
-    assert authenticate(headers, store) is first  # made once per known key
+    keys = Authenticator(store)
+    first = keys.authenticate(headers)
+    assert keys.authenticate(headers) is first  # made once per known key
     assert store.lookups == [key_digest(KEY)] * 2  # the store is asked every time (reloads, revocations)
     batch = Consumer(name="batch")
     store.by_digest[key_digest(KEY)] = batch  # the keys file reloaded: the key moved
-    assert authenticate(headers, store).consumer is batch
+    assert keys.authenticate(headers).consumer is batch
     del store.by_digest[key_digest(KEY)]  # revoked
     with pytest.raises(InvalidApiKey):
-        authenticate(headers, store)
-    for n in range(auth._MAX_IDENTITIES + 10):  # random keys: none is remembered
+        keys.authenticate(headers)
+    for n in range(auth.MAX_IDENTITIES + 10):  # random keys: none is remembered
         with pytest.raises(InvalidApiKey):
-            authenticate([(b"x-api-key", f"random-{n}".encode())], store)
-    assert key_digest(f"random-{n}") not in auth._identities
-    assert len(auth._identities) <= auth._MAX_IDENTITIES
+            keys.authenticate([(b"x-api-key", f"random-{n}".encode())])
+    assert keys.remembered() == 1  # the one known key (its last identity), no random one

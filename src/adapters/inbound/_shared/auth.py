@@ -25,12 +25,7 @@ MISSING = "No API key: send it as `Authorization: Bearer <key>` or `x-api-key: <
 TWO_KEYS = "The request carries two different API keys; send one (`Authorization: Bearer` or `x-api-key`)."
 NOT_BEARER = "The Authorization header must be `Bearer <key>`."
 
-# digest -> the identity last made for it: a known key's identity (its consumer, its key id)
-# is made once, not per request. Keyed by digest (no key is kept) and filled only by keys
-# the store knows, so it is bounded by the keys file; cleared past the bound anyway.
-_identities: dict[str, Identity] = {}
-_MAX_IDENTITIES = 4096
-
+MAX_IDENTITIES = 4096  # known keys whose identity an `Authenticator` remembers, at most
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     """The one key a request carries (raw bytes); raises `InvalidApiKey` for none or two."""
@@ -53,30 +48,51 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     return found
 
 
-def authenticate(headers: Iterable[tuple[bytes, bytes]], store: CredentialStore) -> Identity:
-    """The identity of the key a request carries; raises `InvalidApiKey`."""
-    raw = presented_key(headers)
-    # A key is printable ASCII; anything else cannot be in the file (and is not echoed).
-    key = raw.decode("ascii", "replace")
-    consumer = None
-    if raw.isascii() and key.isprintable():
-        digest = DIGEST_PREFIX + hashlib.sha256(raw).hexdigest()  # `key_digest(key)`: ASCII is its own UTF-8
-        consumer = store.lookup(digest)
-    if consumer is None:
-        ident = key_id(key)
-        which = f"The API key with id {ident}" if ident else "The API key"
-        raise InvalidApiKey(f"{which} is not valid (unknown or revoked).")
-    identity = _identities.get(digest)
-    if identity is None or identity.consumer is not consumer:  # new, or the keys file reloaded
-        if len(_identities) >= _MAX_IDENTITIES:
-            _identities.clear()
-        identity = _identities[digest] = Identity(consumer=consumer, key_id=key_id(key))
-    return identity
+class Authenticator:
+    """Finds the identity of the key a request carries in the keys file (`CredentialStore`).
+
+    The store is asked on every request (a reload or a revocation counts at once), but a
+    known key's identity (its consumer, its key id) is made once and remembered by the key's
+    digest: no key is kept, and only keys the store knows are remembered, so the memory is
+    bounded by the keys file (and cleared past `MAX_IDENTITIES` anyway). One per dialect
+    Router, made when the app is built.
+    """
+
+    __slots__ = ("_identities", "_store")
+
+    def __init__(self, store: CredentialStore) -> None:
+        self._store = store
+        self._identities: dict[str, Identity] = {}  # digest -> the identity last made for it
+
+    def authenticate(self, headers: Iterable[tuple[bytes, bytes]]) -> Identity:
+        """The identity of the key a request carries; raises `InvalidApiKey`."""
+        raw = presented_key(headers)
+        # A key is printable ASCII; anything else cannot be in the file (and is not echoed).
+        key = raw.decode("ascii", "replace")
+        consumer = None
+        if raw.isascii() and key.isprintable():
+            digest = DIGEST_PREFIX + hashlib.sha256(raw).hexdigest()  # `key_digest(key)`: ASCII is its own UTF-8
+            consumer = self._store.lookup(digest)
+        if consumer is None:
+            ident = key_id(key)
+            which = f"The API key with id {ident}" if ident else "The API key"
+            raise InvalidApiKey(f"{which} is not valid (unknown or revoked).")
+        identities = self._identities
+        identity = identities.get(digest)
+        if identity is None or identity.consumer is not consumer:  # new, or the keys file reloaded
+            if len(identities) >= MAX_IDENTITIES:
+                identities.clear()
+            identity = identities[digest] = Identity(consumer=consumer, key_id=key_id(key))
+        return identity
+
+    def remembered(self) -> int:
+        """How many identities are remembered (tests: bounded, known keys only)."""
+        return len(self._identities)
 
 
-def identify(call: Call, headers: Iterable[tuple[bytes, bytes]], store: CredentialStore) -> None:
+def identify(call: Call, headers: Iterable[tuple[bytes, bytes]], keys: Authenticator) -> None:
     """The request's identity on its `Call` and record, or `InvalidApiKey` (401)."""
-    identity = authenticate(headers, store)
+    identity = keys.authenticate(headers)
     call.identity = identity
     call.record.consumer = identity.consumer.name
     call.record.key_id = identity.key_id

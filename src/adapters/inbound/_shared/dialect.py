@@ -21,7 +21,7 @@ from litestar import Request, Response, Router, route
 from litestar.enums import HttpMethod
 from litestar.handlers import HTTPRouteHandler
 
-from adapters.inbound._shared.auth import identify
+from adapters.inbound._shared.auth import Authenticator, identify
 from adapters.inbound._shared.edge import call_of
 from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
@@ -76,6 +76,8 @@ def _edge_checks(
     is held on the request's `Call` and released by the edge middleware when the request ends.
     """
 
+    keys = Authenticator(store) if store is not None else None
+
     async def check(request: Request[Any, Any, Any]) -> None:
         call = call_of(request)
         call.begin(surface, observer, request.scope)
@@ -84,8 +86,8 @@ def _edge_checks(
             raise HeadersTooLarge(
                 f"The request target and headers are {size} bytes; this gateway accepts at most {limit}."
             )
-        if store is not None:
-            identify(call, request.scope["headers"], store)
+        if keys is not None:
+            identify(call, request.scope["headers"], keys)
             if request.route_handler.opt.get(_METERED):
                 call.door = await service.admit(call.identity.consumer, call.record)
 
