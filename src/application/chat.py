@@ -99,13 +99,19 @@ class ChatService:
 
     async def stream(
         self, request: ChatRequest, *, report_queue: bool = False, record: RequestRecord | None = None,
-        consumer: Consumer = ANONYMOUS,
+        consumer: Consumer = ANONYMOUS, heartbeat: float | None = None,
     ) -> AsyncIterator[QueuePosition | ChunkBatch]:
         """Stream a request's answer, preceded by queue positions if `report_queue`.
 
         Failures before the first item is yielded are raised before anything reaches
         the client, so the dialect can still answer with a proper HTTP status. An
         upstream that reports no usage gets an estimated `UsageReport` as the last batch.
+
+        With `heartbeat` (seconds), an empty batch comes when the stream has been quiet that
+        long: in the queue (with `report_queue`; at the first position check after it) and
+        between the upstream's reads, so a dialect can keep the connection alive without a
+        timer of its own per item. The wait for the upstream's answer head has none (vLLM
+        sends it at once).
         """
         upstream, request = route(self._router, salted(request, consumer), record)
         slots = self._slots
@@ -121,8 +127,10 @@ class ChatService:
                 if report_queue:
                     granted: SlotLease | None = None
                     try:
-                        async for item in slots.positions(upstream, ticket):
-                            if isinstance(item, QueuePosition):
+                        async for item in slots.positions(upstream, ticket, heartbeat):
+                            if item is None:
+                                yield []  # quiet for `heartbeat` seconds
+                            elif isinstance(item, QueuePosition):
                                 yield item
                             else:
                                 granted = item
@@ -143,6 +151,8 @@ class ChatService:
             turn.reached_upstream = True
             try:
                 opener = functools.partial(self._upstreams[upstream].open_stream, request)
+                if heartbeat is not None:
+                    opener = functools.partial(opener, heartbeat=heartbeat)
                 async with self._care.open(upstream, lease, record, opener) as batches:
                     if wish.chain:
                         await affinity.granted(upstream, wish, lease)

@@ -156,16 +156,22 @@ class Slots:
             self.admitted(span, started, record, error)
             raise
 
-    async def positions(self, upstream: str, ticket: QueueTicket) -> AsyncIterator[QueuePosition | SlotLease]:
-        """The position at once, then at most one update per interval, then the lease.
+    async def positions(
+        self, upstream: str, ticket: QueueTicket, heartbeat: float | None = None
+    ) -> AsyncIterator[QueuePosition | SlotLease | None]:
+        """The position at once, then at most one update per interval, then the lease; with
+        `heartbeat`, None at the first check after that many seconds without an update (the
+        caller's cue for a keep-alive while the position stands still).
 
         A waiter reads its own position from the ledger (O(log n)) when its own timer
         fires; nothing is pushed to waiters when others leave the queue, so draining a
         queue of n waiters costs at most n frames per interval, not O(n^2) frames.
         The caller cancels the ticket if this generator is abandoned.
         """
+        clock = self._clock
         last = ticket.position()
         yield QueuePosition(position=last, queued=self._gate.snapshot(upstream).queued)
+        said = clock.now()
         while True:
             lease = await ticket.wait(self._update_interval)
             if lease is not None:
@@ -175,3 +181,7 @@ class Slots:
             if position != last:
                 last = position
                 yield QueuePosition(position=position, queued=self._gate.snapshot(upstream).queued)
+                said = clock.now()
+            elif heartbeat is not None and clock.now() - said >= heartbeat:
+                yield None
+                said = clock.now()

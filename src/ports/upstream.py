@@ -24,7 +24,7 @@ class UpstreamClient(Protocol):
         ...
 
     def open_stream(
-        self, request: ChatRequest, replica: str | None = None
+        self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         """Start a streaming request.
 
@@ -32,6 +32,8 @@ class UpstreamClient(Protocol):
         refusal is raised before anything reaches the client; iterating yields the
         chunks of each upstream read as one batch, as they arrive; leaving the context
         closes the upstream response (an early exit aborts the generation upstream).
+        With `heartbeat`, a wait of that many seconds for the next read yields an empty
+        batch and the iteration goes on (the caller's cue for a keep-alive).
         """
         ...
 

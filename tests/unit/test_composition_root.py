@@ -63,7 +63,9 @@ class FakeUpstreamClient:
                             finish_reason="end_turn", usage=Usage(input_tokens=2, output_tokens=1))
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
+    async def open_stream(
+        self, request: ChatRequest, heartbeat: float | None = None
+    ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
         self.calls.append(request)
 
         async def batches() -> AsyncIterator[ChunkBatch]:

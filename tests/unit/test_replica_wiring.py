@@ -62,7 +62,7 @@ class ReplicaNotingClient:
                             finish_reason="end_turn", usage=Usage(input_tokens=1, output_tokens=1))
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest, replica: str | None = None
+    async def open_stream(self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
                           ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
         self.replicas.append(replica)
 

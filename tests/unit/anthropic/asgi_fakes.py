@@ -73,14 +73,21 @@ class FakeService:
         )
 
     async def stream(
-        self, request: ChatRequest, *, report_queue: bool = False, record: object = None, consumer: object = None
+        self, request: ChatRequest, *, report_queue: bool = False, record: object = None, consumer: object = None,
+        heartbeat: float | None = None,
     ) -> AsyncIterator[Any]:
+        """As `ChatService.stream`: with `heartbeat`, a sleep yields an empty batch each time
+        it has lasted that long."""
         assert report_queue
         self.requests.append(request)
         self.consumers.append(consumer)
         try:
             for item in self.script:
                 if isinstance(item, float):
+                    while heartbeat is not None and item >= heartbeat:
+                        await asyncio.sleep(heartbeat)
+                        item -= heartbeat
+                        yield []
                     await asyncio.sleep(item)
                 elif isinstance(item, Exception):
                     raise item

@@ -40,7 +40,7 @@ class Noting:
                             finish_reason="end_turn", usage=Usage(input_tokens=1, output_tokens=1))  # fmt: skip
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest, replica: str | None = None
+    async def open_stream(self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
                           ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:  # fmt: skip
         self.replicas.append(replica)
 

@@ -107,6 +107,7 @@ class FakeUpstream:
         self.fail = fail
         self.hang = hang
         self.calls: list[ChatRequest] = []
+        self.heartbeats: list[float | None] = []
         self.closed = 0
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
@@ -118,8 +119,11 @@ class FakeUpstream:
         return ChatResponse(id="x", model=request.model, created=0, content=[], finish_reason="end_turn")
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[list[StreamChunk]]]:
+    async def open_stream(
+        self, request: ChatRequest, heartbeat: float | None = None
+    ) -> AsyncIterator[AsyncIterator[list[StreamChunk]]]:
         self.calls.append(request)
+        self.heartbeats.append(heartbeat)
         if self.fail:
             raise self.fail
 
@@ -210,6 +214,24 @@ async def test_stream_reports_positions_then_chunks() -> None:
     assert positions == [3, 2, 1]  # unchanged positions are not repeated
     assert seen[len(positions):] == [[c] for c in CHUNKS]
     assert gate.in_use == 0
+
+
+async def test_a_heartbeat_while_the_queue_position_stands_still_and_to_the_upstream() -> None:
+    ticket = FakeTicket(FakeGate(), positions=[2, 1])  # 2, then 1 for the rest of the wait
+    gate = FakeGate(free=0, tickets=[ticket])
+    ticket.gate = gate
+    upstream = FakeUpstream(CHUNKS)
+    stream = service(gate, upstream).stream(request(True), report_queue=True, heartbeat=0.05)
+    seen: list[object] = []
+    async for item in stream:
+        seen.append(item)
+        if sum(1 for i in seen if i == []) == 2:
+            ticket.granted.set()
+    positions = [i.position for i in seen if isinstance(i, QueuePosition)]
+    assert positions == [2, 1]
+    assert seen[2:4] == [[], []]  # nothing new for 0.05 s in the queue: an empty batch each time
+    assert seen[4:] == [[c] for c in CHUNKS]
+    assert upstream.heartbeats == [0.05]  # the waits between the upstream's reads beat as well
 
 
 async def test_stream_closed_while_queued_cancels_the_ticket() -> None:

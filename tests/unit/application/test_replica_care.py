@@ -60,7 +60,7 @@ class Scripted:
                             finish_reason="end_turn", usage=USAGE)
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest, replica: str | None = None
+    async def open_stream(self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
                           ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
         self._maybe_fail(replica)
 

@@ -100,7 +100,9 @@ class FakeUpstream:
         return self.response
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[list[StreamChunk]]]:
+    async def open_stream(
+        self, request: ChatRequest, heartbeat: float | None = None
+    ) -> AsyncIterator[AsyncIterator[list[StreamChunk]]]:
         self.calls.append(request)
 
         async def chunks() -> AsyncIterator[list[StreamChunk]]:

@@ -143,13 +143,20 @@ def make_app(state: Upstream) -> web.Application:
                 raise
             await resp.write_eof()
             return resp
-        if model == "endless":
+        if model == "slow":  # the answer's frames, the first half a second before the rest
+            frames = (FIXTURES / "plain_text_usage.sse").read_bytes().split(b"\n\n")
+            resp = await sse(request, [frames[0] + b"\n\n"], end=False)
+            await asyncio.sleep(0.5)
+            await resp.write(b"\n\n".join(frames[1:]))
+            await resp.write_eof()
+            return resp
+        if model in ("endless", "endless_slow"):
             frame = b'data: {"id":"e","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
             resp = await sse(request, [], end=False)
             try:
                 while True:
                     await resp.write(frame)
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.01 if model == "endless" else 0.3)
             except (ConnectionResetError, asyncio.CancelledError):
                 state.disconnected.set()
                 raise
@@ -323,6 +330,46 @@ async def test_mid_stream_failure_is_a_final_error_chunk(
     [last] = chunks[-1].events
     assert isinstance(last, StreamError) and last.kind in kinds and last.status == status
     assert "Error" not in last.message and "payload" not in last.message  # aiohttp's words stay in the log
+
+
+async def heartbeat_batches(c: OpenAICompatClient, req: ChatRequest, heartbeat: float) -> list[list[StreamChunk]]:
+    async with c.open_stream(req, heartbeat=heartbeat) as reads:
+        return [batch async for batch in reads]
+
+
+async def test_a_heartbeat_is_an_empty_batch_while_the_upstream_is_quiet_and_nothing_is_lost(up: Upstream) -> None:
+    c = up.client()
+    got = await heartbeat_batches(c, request("slow"), 0.1)
+    first_gap = next(i for i, batch in enumerate(got) if not batch)
+    assert first_gap == 1  # the first frame, then heartbeats while the upstream is quiet
+    assert 3 <= sum(1 for batch in got if not batch) <= 5  # one per 0.1 s of the half second
+    chunks = [chunk for batch in got for chunk in batch]
+    assert chunks == [chunk for batch in await batches(c, request("stream")) for chunk in batch]  # all of it
+
+
+async def test_heartbeats_do_not_reset_the_idle_timeout(up: Upstream) -> None:
+    got = await heartbeat_batches(up.client(idle_timeout=0.35), request("stall_mid"), 0.1)
+    assert sum(1 for batch in got if not batch) >= 2
+    [last] = got[-1][-1].events
+    assert isinstance(last, StreamError) and last.kind == "upstream-timeout"
+
+
+async def test_a_hang_up_during_a_heartbeat_wait_still_aborts_the_upstream(up: Upstream) -> None:
+    beats = 0
+
+    async def consume() -> None:
+        nonlocal beats
+        async with up.client().open_stream(request("endless_slow"), heartbeat=0.05) as reads:
+            async for batch in reads:
+                beats += not batch
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert beats >= 2  # the heartbeats' cancellations were taken back; the hang-up's was not
+    await asyncio.wait_for(up.disconnected.wait(), 2)
 
 
 async def test_reset_before_headers_is_unavailable(up: Upstream) -> None:

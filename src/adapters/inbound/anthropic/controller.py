@@ -29,7 +29,6 @@ from adapters.inbound.anthropic.mapping import (
     encode_models,
     encode_token_count,
 )
-from adapters.inbound.anthropic.pump import END, PING_DUE, Pump
 from adapters.inbound.anthropic.rate_headers import rate_limit_header_map
 from adapters.inbound.anthropic.stream import KEEP_ALIVE, PING, AnthropicStream, queue_comment, queue_frame
 from domain.canonical import QueuePosition, StreamError
@@ -70,8 +69,9 @@ def router(context: EdgeContext) -> Router:
         news = queue_frame if _queue_events(request, queue_events) else queue_comment
         call.watch()
         if chat.stream:
-            items = service.stream(chat, report_queue=True, record=record, consumer=call.identity.consumer)
-            frames = _frames(request, call, items, AnthropicStream(chat.model), ping, news)
+            items = service.stream(chat, report_queue=True, record=record, consumer=call.identity.consumer,
+                                   heartbeat=ping)
+            frames = _frames(request, call, items, AnthropicStream(chat.model), news)
             return await stream_response(call, frames, headers, rate_limit_header_map)
         response = await service.complete(chat, record, call.identity.consumer)
         call.stop_watching()
@@ -129,41 +129,30 @@ def _queue_events(request: Request[Any, Any, Any], default: bool) -> bool:
 
 async def _frames(
     request: Request[Any, Any, Any], call: Call, items: AsyncIterator[Any], machine: AnthropicStream,
-    interval: float, queue_news: Callable[[int, int], bytes],
+    queue_news: Callable[[int, int], bytes],
 ) -> AsyncIterator[bytes]:
     """The stream's frames; those of one upstream read go out as one item.
 
     Before the first item nothing is sent, and a failure is raised (its own status).
-    After it, `interval` seconds without an item yield a ping inside the message, a
-    keep-alive comment before it (queued). The items are then read in a task of their
-    own (`Pump`) that a ping never cancels (cancelling would close the service stream);
-    a hang-up cancels it, which closes the service stream and frees the slot.
+    After it, the service's heartbeat (an empty batch after `ping_interval_seconds` without
+    news, `ChatService.stream`) is a ping inside the message and a keep-alive comment before
+    it; before the response started it is nothing. A hang-up cancels the task reading the
+    items, which closes the service stream and frees the slot.
     """
     record = call.record
     admitted = started = False
     held: list[bytes] = []  # the closing frames, sent with the terminal ones
-    pump: Pump | None = None
     try:
         try:
-            while True:
-                if not started:
-                    try:
-                        item = await items.__anext__()
-                    except StopAsyncIteration:
-                        break
-                else:
-                    if pump is None:
-                        pump = Pump(items, interval)
-                    item = await pump.next()
-                    if item is PING_DUE:
-                        yield PING if machine.in_message else KEEP_ALIVE
-                        continue
-                    if item is END:
-                        break
+            async for item in items:
                 if type(item) is QueuePosition:
                     if not admitted:
                         started = True
                         yield queue_news(item.position, item.queued)
+                    continue
+                if not item:  # the heartbeat
+                    if started:
+                        yield PING if machine.in_message else KEEP_ALIVE
                     continue
                 admitted = True  # the service noted the queue wait at admission, not here (after TTFT)
                 frames: list[bytes] = []
@@ -184,20 +173,17 @@ async def _frames(
                 raise
             yield stream_failure(error, ERRORS, request)
             return
-        if pump is not None:
-            await pump.stop()  # ended early (a failure closed the message): the service stream closes now
+        # Ended early (a failure closed the message): the service stream closes now.
+        await items.aclose()  # type: ignore[attr-defined]
         held += machine.finish()
         _record_end(call, machine)
         if not started and machine.failure is not None and not machine.message_started:
             raise _failure(machine.failure)
         yield b"".join(held)
     finally:
-        if pump is not None:
-            # Ended, left or stalled (the middleware closes this generator): the pump's task
-            # stops reading and closes the service stream, which frees the slot, before this returns.
-            await pump.stop()
-        else:
-            await items.aclose()  # type: ignore[attr-defined]
+        # Ended, left or stalled (the middleware closes this generator): the service stream
+        # closes, which frees the slot, before this returns.
+        await items.aclose()  # type: ignore[attr-defined]
 
 
 def _failure(event: StreamError) -> GatewayError:

@@ -12,7 +12,6 @@ and `response.failed`. Keep-alive comments (which every SSE parser skips) go out
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -69,9 +68,9 @@ def router(context: EdgeContext) -> Router:
         call.watch()
         consumer = call.identity.consumer
         if chat.stream:
-            items = service.stream(chat, report_queue=True, record=record, consumer=consumer)
+            items = service.stream(chat, report_queue=True, record=record, consumer=consumer, heartbeat=interval)
             machine = ResponseStream(decoded.template, decoded.tools)
-            frames = _frames(request, call, items, machine, interval)
+            frames = _frames(request, call, items, machine)
             return await stream_response(call, frames, rate_headers=rate_limit_header_map)
         answer = await service.complete(chat, record, consumer)
         call.stop_watching()
@@ -86,40 +85,26 @@ def router(context: EdgeContext) -> Router:
 
 async def _frames(
     request: Request[Any, Any, Any], call: Call, items: AsyncIterator[QueuePosition | ChunkBatch],
-    machine: ResponseStream, interval: float,
+    machine: ResponseStream,
 ) -> AsyncIterator[bytes]:
     """The stream's frames; those of one upstream read go out as one item.
 
-    Before anything is sent a failure is raised (its own status). After, `interval`
-    seconds without news yield a keep-alive; the next item is awaited in a task of its
-    own that a keep-alive never cancels (that would close the service stream), while a
-    hang-up cancels it, which closes the service stream and frees the slot.
+    Before anything is sent a failure is raised (its own status). After, the service's
+    heartbeat (an empty batch after `ping_interval_seconds` without news,
+    `ChatService.stream`) is a keep-alive; before, it is nothing. A hang-up cancels the
+    task reading the items, which closes the service stream and frees the slot.
     """
     record = call.record
     started = False
-    pending: asyncio.Future[Any] | None = None
     try:
         try:
-            while not machine.closed:
-                if not started:
-                    try:
-                        item = await items.__anext__()
-                    except StopAsyncIteration:
-                        break
-                else:
-                    if pending is None:
-                        pending = asyncio.ensure_future(items.__anext__())
-                    done, _ = await asyncio.wait((pending,), timeout=interval)
-                    if not done:
-                        yield KEEP_ALIVE
-                        continue
-                    task, pending = pending, None
-                    try:
-                        item = task.result()
-                    except StopAsyncIteration:
-                        break
+            async for item in items:
                 if isinstance(item, QueuePosition):  # positions stay an /llm extension: only "queued" is said
                     data = machine.queued()
+                elif not item:  # the heartbeat
+                    if started:
+                        yield KEEP_ALIVE
+                    continue
                 else:
                     if not started:
                         _raise_early_failure(item)  # nothing sent yet: the failure gets its own status
@@ -129,6 +114,8 @@ async def _frames(
                 if data:
                     started = True
                     yield data
+                if machine.closed:
+                    break
         except Exception as error:
             if not started:
                 raise
@@ -138,10 +125,7 @@ async def _frames(
         if not machine.closed:
             yield machine.finish()
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()  # its cancellation closes the service stream, in that task
-        else:
-            await items.aclose()  # type: ignore[attr-defined]
+        await items.aclose()  # type: ignore[attr-defined]  # frees the slot now, however the stream ended
         _record_end(call, machine)
 
 

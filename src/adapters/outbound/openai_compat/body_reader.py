@@ -3,10 +3,17 @@
 An `asyncio.timeout` around each read costs an object, a timer and the task's cancel
 machinery per read: per token of a stream. Instead each read only notes when it began,
 and one loop timer per response fires once per `idle_timeout`: if a read is pending and
-began at least `idle_timeout` ago, the response is closed (`ClientResponse.close()`),
-which fails the pending read, reported as `UpstreamTimeout`; otherwise the timer is set
-again for the pending read's deadline, or dropped until the next read while none is
-pending (a consumer busy elsewhere is not an idle upstream).
+the body has been silent for at least `idle_timeout`, the response is closed
+(`ClientResponse.close()`), which fails the pending read, reported as `UpstreamTimeout`;
+otherwise the timer is set again for the pending read's deadline, or dropped until the
+next read while none is pending (a consumer busy elsewhere is not an idle upstream).
+
+A heartbeat (`heartbeat` seconds, for a dialect that pings a quiet stream) rides on the
+same timer: a read pending that long is interrupted the way `asyncio.timeout` interrupts
+a wait (the reading task is cancelled, and `beat()` takes that cancellation back), which
+loses nothing (aiohttp keeps what arrives for the next read) and lets the consumer send
+its keep-alive before reading again. The silence the idle timeout measures goes on
+across heartbeats: only bytes end it.
 """
 
 from __future__ import annotations
@@ -26,30 +33,60 @@ log = logging.getLogger("gateway.upstream")
 class BodyReader:
     """Reads one response's body; `close()` when done with it (drops the timer)."""
 
-    __slots__ = ("_handle", "_idle", "_loop", "_name", "_reading", "_resp", "_since", "expired")
+    __slots__ = ("_beat_at", "_beating", "_handle", "_heartbeat", "_idle", "_loop", "_name", "_quiet", "_reading",
+                 "_resp", "_since", "_task", "expired")  # fmt: skip
 
-    def __init__(self, resp: aiohttp.ClientResponse, idle: float, name: str) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, idle: float, name: str, heartbeat: float | None = None) -> None:
         self._resp = resp
         self._idle = idle
         self._name = name  # the upstream's, for messages
+        self._heartbeat = heartbeat
         self._loop = asyncio.get_running_loop()
         self._handle: asyncio.TimerHandle | None = None
         self._reading = False
-        self._since = 0.0
+        self._since = 0.0  # when the pending read began, or the silence (`_quiet`) that it continues
+        self._quiet = False  # the last read ended in a heartbeat: the body is still silent
+        self._beat_at = 0.0  # when the pending read is due a heartbeat
+        self._beating = False  # the timer cancelled the reading task for a heartbeat
+        self._task: asyncio.Task[object] | None = None
         self.expired = False
 
     def start(self) -> Awaitable[bytes]:
         """Begin a read: aiohttp's own awaitable of what arrives next (b"" at the body's end), with
         no coroutine of ours around it (a stream reads once per token). Call `done()` once it
-        ended, however; an `aiohttp.ClientError` it raises becomes `failure(exc)`."""
-        self._since = since = self._loop.time()
+        ended, however; an `aiohttp.ClientError` it raises becomes `failure(exc)`, a
+        `CancelledError` is first offered to `beat()`."""
+        now = self._loop.time()
+        if self._quiet:
+            self._quiet = False
+        else:
+            self._since = now
+        deadline = self._since + self._idle
+        if self._heartbeat is not None:
+            self._beat_at = beat = now + self._heartbeat
+            self._task = asyncio.current_task()
+            deadline = min(deadline, beat)
         if self._handle is None:
-            self._handle = self._loop.call_at(since + self._idle, self._check)
+            self._handle = self._loop.call_at(deadline, self._check)
         self._reading = True
         return self._resp.content.readany()
 
     def done(self) -> None:
         self._reading = False
+
+    def beat(self) -> bool:
+        """After a read raised `CancelledError`: True when that was this reader's heartbeat and
+        nothing else cancels the task (the cancellation is taken back; read again after the
+        keep-alive), False for a cancellation to let through."""
+        self._reading = False
+        if not self._beating:
+            return False
+        self._beating = False
+        task, self._task = self._task, None
+        if task is None or task.uncancel():
+            return False  # someone else cancels the task too: that one goes on
+        self._quiet = True
+        return True
 
     def failure(self, exc: aiohttp.ClientError) -> GatewayError:
         """The domain error of a read that failed: the idle timeout's, or the connection's."""
@@ -75,11 +112,18 @@ class BodyReader:
         if not self._reading:
             return  # the next read sets the timer again
         due = self._since + self._idle
-        if self._loop.time() < due:
-            self._handle = self._loop.call_at(due, self._check)
+        now = self._loop.time()
+        if now >= due:
+            self.expired = True
+            self._resp.close()  # fails the pending read (aiohttp: "Connection closed")
             return
-        self.expired = True
-        self._resp.close()  # fails the pending read (aiohttp: "Connection closed")
+        if self._heartbeat is not None:
+            if now >= self._beat_at and not self._beating and self._task is not None:
+                self._beating = True
+                self._task.cancel()  # `beat()` takes it back where the read raises it
+                return  # the next read sets the timer again
+            due = min(due, self._beat_at)
+        self._handle = self._loop.call_at(due, self._check)
 
     def close(self) -> None:
         handle, self._handle = self._handle, None

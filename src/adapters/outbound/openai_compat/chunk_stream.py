@@ -1,6 +1,9 @@
 """One streamed answer as an async iterator of `ChunkBatch`es: upstream reads -> SSE
 payloads (`SseDecoder`) -> canonical chunks (`StreamMapper`), one batch per read.
 
+With a heartbeat (`BodyReader`), a read that waited that long gives an empty batch (the
+consumer's cue for a keep-alive) and the next one goes on waiting; nothing is lost.
+
 The iterator ends at `[DONE]`: the consumer's stream must not wait for the end of the
 upstream's body. That end (the last chunk of a chunked answer) is usually still in
 flight; aiohttp gives the connection back to the session's pool by itself when it
@@ -28,11 +31,14 @@ _DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the c
 class Reader(Protocol):
     """The body's reads (`BodyReader`): `start()` gives the next bytes' awaitable (b"" at the
     body's end), each wait bounded; `done()` after it; `failure(exc)` is the domain error of an
-    aiohttp error it raised; `close()` when the response is done."""
+    aiohttp error it raised; `beat()` whether a cancellation it raised was the heartbeat's;
+    `close()` when the response is done."""
 
     def start(self) -> Awaitable[bytes]: ...
 
     def done(self) -> None: ...
+
+    def beat(self) -> bool: ...
 
     def failure(self, exc: aiohttp.ClientError) -> GatewayError: ...
 
@@ -78,11 +84,18 @@ class ChunkStream:
             try:
                 data = await reader.start()  # aiohttp's awaitable itself: one coroutine less per read
             except aiohttp.ClientError as exc:
-                batch = self._end([], mapper.fail(reader.failure(exc)))
-            else:
-                batch = self._batch(data) if data else self._end([], mapper.close())
-            finally:
                 reader.done()
+                batch = self._end([], mapper.fail(reader.failure(exc)))
+            except asyncio.CancelledError:
+                if reader.beat():
+                    return []  # the heartbeat: nothing came for that long (the module doc)
+                raise
+            except BaseException:
+                reader.done()
+                raise
+            else:
+                reader.done()
+                batch = self._batch(data) if data else self._end([], mapper.close())
             if batch:
                 return batch
         raise StopAsyncIteration

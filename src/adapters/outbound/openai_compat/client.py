@@ -132,10 +132,11 @@ class OpenAICompatClient:
         return response
 
     def open_stream(
-        self, request: ChatRequest, replica: str | None = None
+        self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         return self._open(
-            replica, _CHAT, self._chat_url, encode_chat(request, stream=True), "chat", request.model, StreamMapper()
+            replica, _CHAT, self._chat_url, encode_chat(request, stream=True), "chat", request.model, StreamMapper(),
+            heartbeat,
         )
 
     async def complete_text(self, request: CompletionRequest, replica: str | None = None) -> Completion:
@@ -233,14 +234,15 @@ class OpenAICompatClient:
 
     @asynccontextmanager
     async def _open(
-        self, replica: str | None, path: str, default: URL, body: bytes, operation: str, model: str, mapper: Mapper
+        self, replica: str | None, path: str, default: URL, body: bytes, operation: str, model: str, mapper: Mapper,
+        heartbeat: float | None = None,
     ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
         session, url = self._target(replica, path, default)
         span, headers = self._client_span(operation, model, True, _SSE, url, replica)
         try:
             try:
                 resp = await self._post(session, url, body, headers)
-                stream = ChunkStream(resp, BodyReader(resp, self._idle, self.name), mapper)
+                stream = ChunkStream(resp, BodyReader(resp, self._idle, self.name, heartbeat), mapper)
                 try:
                     await self._check_status(resp)
                     if resp.content_type != "text/event-stream":
