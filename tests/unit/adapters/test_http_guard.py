@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from adapters.inbound._shared.edge import HANG_UP_NOTICE, EdgeMiddleware
 from adapters.inbound._shared.http_guard import guarded_protocol
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -30,8 +31,26 @@ CHUNK = b"x" * 65536
 BIG = 8 * 1024 * 1024
 
 
+async def waiting(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """A handler that waits with nothing sent (as a queued request does), watched for a hang-up."""
+    call = scope["state"]["gateway.call"]
+    call.watch()
+    try:
+        await asyncio.sleep(0.05)  # past the receive watcher's start (5 ms) under another server
+        watchers = [t for t in asyncio.all_tasks() if "Call._watch" in repr(t.get_coro())]
+        ENDINGS[0].put_nowait(f"noticed={HANG_UP_NOTICE in scope['state']} watchers={len(watchers)}")
+        await asyncio.sleep(5)
+    except asyncio.CancelledError:
+        ENDINGS[0].put_nowait("cancelled")
+        raise
+    ENDINGS[0].put_nowait("not cancelled")
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
+        return
+    if scope["path"] == "/wait":
+        await EdgeMiddleware(waiting)(scope, receive, send)
         return
     if scope["path"] == "/stream":  # 64 KiB chunks for 5 s, unless the client goes away
         await stream(receive, send)
@@ -232,3 +251,16 @@ async def test_a_large_answer_read_slowly_but_steadily_is_not_dropped(serve: Any
         await asyncio.sleep(0.02)
     assert received == BIG
     writer.close()
+
+
+async def test_a_hang_up_while_nothing_was_sent_cancels_the_watched_request_at_once(serve: Any) -> None:
+    """The protocol tells the edge when the connection is lost: no task per request waits on
+    `receive()` for it, and the waiting handler is cancelled (its slot freed) at once."""
+    ended = endings()
+    reader, writer = await asyncio.open_connection("127.0.0.1", await serve(5.0, 5.0))
+    writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert await asyncio.wait_for(ended.get(), 2) == "noticed=True watchers=0"
+    began = now()
+    writer.close()
+    assert await asyncio.wait_for(ended.get(), 2) == "cancelled"
+    assert now() - began < 0.5

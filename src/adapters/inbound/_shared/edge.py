@@ -16,8 +16,11 @@ renders a dialect's errors (with the Router's handlers) inside this middleware's
 Hang-ups: Litestar stops a streaming body when `http.disconnect` arrives, but nothing
 notices a client that leaves while its handler has sent nothing yet (queued, or
 waiting on a non-streaming upstream). `Call.watch` covers that: after the body is
-read, a small task waits on `receive()` and cancels the handler's task; the
-middleware absorbs that cancellation and records a 499. A client that stops reading
+read, a hang-up cancels the handler's task; the middleware absorbs that cancellation and
+records a 499. The gateway's own server protocol (`http_guard`) says so the moment the
+connection is lost (`note_hang_up`; it marks each request's scope with `HANG_UP_NOTICE`);
+under any other ASGI server a small task waits on `receive()` instead, started only once
+the request has run 5 ms. A client that stops reading
 is dropped below the app (`http_guard`, `client_write_timeout_seconds`), which the app
 sees as a hang-up; `note_stalled` marks the request so its record says `client_stalled`.
 
@@ -47,6 +50,7 @@ from domain.records import RequestRecord
 from ports.telemetry import RequestObserver
 
 _KEY = "gateway.call"
+HANG_UP_NOTICE = "gateway.hang_up_notice"  # in a scope's state: the server calls `note_hang_up`
 # The watcher task starts only once a request has run this long: a task, a wake-up and a
 # cancellation per request cost more than a fast answer; a hang-up is noticed this late.
 _WATCH_AFTER = 0.005
@@ -69,14 +73,18 @@ class Closable(Protocol):
 class Call:
     """One request at the edge: its id, its record, and its hang-up watcher."""
 
-    __slots__ = ("_cancelled", "_receive", "_t0", "_task", "_watcher", "body", "door", "gone", "handle",
-                 "header_bytes", "identity", "observer", "record", "request_id", "stalled", "started")  # fmt: skip
+    __slots__ = ("_cancelled", "_noticed", "_receive", "_t0", "_task", "_watcher", "_watching", "body", "door",
+                 "gone", "handle", "header_bytes", "identity", "observer", "record", "request_id", "stalled",
+                 "started")  # fmt: skip
 
     def __init__(self, scope: Any, receive: Any) -> None:
         self._t0 = time.perf_counter()
         self._receive = receive
         self._task: asyncio.Task[Any] | None = None
         self._watcher: asyncio.Task[None] | asyncio.TimerHandle | None = None
+        self._watching = False
+        state = scope.get("state")
+        self._noticed = state is not None and HANG_UP_NOTICE in state  # the server calls `note_hang_up`
         self._cancelled = False
         self.gone = False
         self.stalled = False  # dropped for not reading its answer (`note_stalled`)
@@ -126,7 +134,18 @@ class Call:
     def watch(self) -> None:
         """Cancel the current task when the client hangs up (call after the body is read)."""
         self._task = asyncio.current_task()
-        self._watcher = asyncio.get_running_loop().call_later(_WATCH_AFTER, self._start_watching)
+        self._watching = True
+        if not self._noticed:  # no word from the server: ask `receive()` (module doc)
+            self._watcher = asyncio.get_running_loop().call_later(_WATCH_AFTER, self._start_watching)
+
+    def hung_up(self) -> None:
+        """The client left: the request is gone, and a watched task is cancelled."""
+        self.gone = True
+        if self._watching:
+            self._watching = False
+            if self._task is not None:
+                self._cancelled = True
+                self._task.cancel()
 
     def _start_watching(self) -> None:
         self._watcher = asyncio.get_running_loop().create_task(self._watch())
@@ -136,12 +155,10 @@ class Call:
             message = await self._receive()
             if message["type"] == "http.disconnect":
                 break
-        self.gone = True
-        if self._task is not None:
-            self._cancelled = True
-            self._task.cancel()
+        self.hung_up()
 
     def stop_watching(self) -> None:
+        self._watching = False
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.cancel()  # a pending timer or a running task: either way it stops here
@@ -178,6 +195,13 @@ class Call:
 def call_of(request: Request[Any, Any, Any]) -> Call:
     call: Call = request.scope["state"][_KEY]
     return call
+
+
+def note_hang_up(scope: Any) -> None:
+    """The server lost the connection of the request of `scope` before its response's end."""
+    call: Call | None = (scope.get("state") or {}).get(_KEY)
+    if call is not None:
+        call.hung_up()
 
 
 def note_stalled(scope: Any) -> str | None:

@@ -34,7 +34,12 @@ only public attributes (`transport`, `loop`, `cycle` and its `scope` and
   the request but not the connection: ASGI has no abort, and closing waits to flush a
   buffer the client never reads.
 
-Requests that pass reach the app unchanged.
+- Hang-ups: when the connection is lost before a response's end, the edge is told at once
+  (`note_hang_up` on the request's scope, which carries `HANG_UP_NOTICE` in its state), so a
+  request waiting with nothing sent yet (queued, or on a non-streaming upstream) is cancelled
+  and frees its slot without a task of its own waiting on `receive()`.
+
+Requests that pass reach the app unchanged (but for that mark in their scope's state).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from adapters.inbound._shared.edge import note_stalled
+from adapters.inbound._shared.edge import HANG_UP_NOTICE, note_hang_up, note_stalled
 
 log = logging.getLogger("gateway.edge")
 PROGRESS = 64 * 1024  # bytes a paused writer's client must take in per write timeout
@@ -83,6 +88,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         self._disarm_stall_timer()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            note_hang_up(cycle.scope)
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -106,6 +114,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["state"][HANG_UP_NOTICE] = True  # `connection_lost` tells the edge
         self._in_head, self._head_fresh, self._head_bytes = True, True, 0
         if self._head_since is None:  # else: the first head, timed from the connection's opening
             self._head_since = self.loop.time()
