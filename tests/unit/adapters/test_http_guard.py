@@ -257,7 +257,7 @@ async def test_a_hang_up_while_nothing_was_sent_cancels_the_watched_request_at_o
     """The protocol tells the edge when the connection is lost: no task per request waits on
     `receive()` for it, and the waiting handler is cancelled (its slot freed) at once."""
     ended = endings()
-    reader, writer = await asyncio.open_connection("127.0.0.1", await serve(5.0, 5.0))
+    _reader, writer = await asyncio.open_connection("127.0.0.1", await serve(5.0, 5.0))
     writer.write(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
     assert await asyncio.wait_for(ended.get(), 2) == "noticed=True watchers=0"
     began = now()
