@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import Protocol
 
 import aiohttp
@@ -232,35 +233,11 @@ class OpenAICompatClient:
             _end_span(span, exc)
             raise
 
-    @asynccontextmanager
-    async def _open(
+    def _open(
         self, replica: str | None, path: str, default: URL, body: bytes, operation: str, model: str, mapper: Mapper,
         heartbeat: float | None = None,
-    ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
-        session, url = self._target(replica, path, default)
-        span, headers = self._client_span(operation, model, True, _SSE, url, replica)
-        try:
-            try:
-                resp = await self._post(session, url, body, headers)
-                stream = ChunkStream(resp, BodyReader(resp, self._idle, self.name, heartbeat), mapper)
-                try:
-                    await self._check_status(resp)
-                    if resp.content_type != "text/event-stream":
-                        await self._read_all(resp)
-                        raise UpstreamProtocolError(
-                            f"upstream '{self.name}' answered a stream request without an event stream",
-                            failure=FailureKind.MALFORMED_HEAD,
-                        )
-                    yield stream
-                finally:
-                    stream.close()
-            finally:
-                if replica is not None:
-                    self._replicas.release(replica)
-        except BaseException as exc:
-            _end_span(span, exc)
-            raise
-        _end_span(span, None)
+    ) -> _OpenStream:
+        return _OpenStream(self, replica, path, default, body, operation, model, mapper, heartbeat)
 
     async def count_tokens(self, request: ChatRequest) -> int:
         body = encode_tokenize(request)
@@ -370,6 +347,72 @@ class OpenAICompatClient:
         raise UpstreamProtocolError(
             f"upstream '{self.name}' answered HTTP {status}", failure=FailureKind.MALFORMED_HEAD
         )
+
+
+class _OpenStream:
+    """A streamed call as an async context manager (a class: an `asynccontextmanager` costs a
+    generator, its wrapper and the loop's bookkeeping of async generators per stream).
+    Entering sends the request and checks the head: the `ChunkStream`; leaving closes the
+    response (an early exit aborts the generation upstream), gives the replica's session back
+    and ends the span."""
+
+    __slots__ = ("_args", "_client", "_replica", "_span", "_stream")
+
+    def __init__(
+        self, client: OpenAICompatClient, replica: str | None, path: str, default: URL, body: bytes,
+        operation: str, model: str, mapper: Mapper, heartbeat: float | None,
+    ) -> None:
+        self._client = client
+        self._replica = replica
+        self._args = (path, default, body, operation, model, mapper, heartbeat)
+        self._span: Span | None = None
+        self._stream: ChunkStream | None = None
+
+    async def __aenter__(self) -> ChunkStream:
+        client, replica = self._client, self._replica
+        path, default, body, operation, model, mapper, heartbeat = self._args
+        session, url = client._target(replica, path, default)
+        span, headers = client._client_span(operation, model, True, _SSE, url, replica)
+        self._span = span
+        try:
+            try:
+                resp = await client._post(session, url, body, headers)
+                stream = ChunkStream(resp, BodyReader(resp, client._idle, client.name, heartbeat), mapper)
+                try:
+                    await client._check_status(resp)
+                    if resp.content_type != "text/event-stream":
+                        await client._read_all(resp)
+                        raise UpstreamProtocolError(
+                            f"upstream '{client.name}' answered a stream request without an event stream",
+                            failure=FailureKind.MALFORMED_HEAD,
+                        )
+                except BaseException:
+                    stream.close()
+                    raise
+            except BaseException:
+                if replica is not None:
+                    client._replicas.release(replica)
+                raise
+        except BaseException as exc:
+            _end_span(span, exc)
+            raise
+        self._stream = stream
+        return stream
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._stream is not None
+        try:
+            try:
+                self._stream.close()
+            finally:
+                if self._replica is not None:
+                    self._client._replicas.release(self._replica)
+        except BaseException as error:
+            _end_span(self._span, error)
+            raise
+        _end_span(self._span, exc)
 
 
 def _end_answered(span: Span | None, finish_reason: str, usage: Usage) -> None:
