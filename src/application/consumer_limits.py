@@ -24,7 +24,7 @@ from domain.canonical import Usage
 from domain.consumers import ANONYMOUS, EMPTY_SNAPSHOT, Consumer
 from domain.errors import RateLimited, UpstreamUnavailable
 from domain.records import RequestRecord
-from domain.usage_estimate import Estimable, UsageMeter, prompt_tokens, reservation_tokens
+from domain.usage_estimate import Estimable, UsageMeter, reservation_tokens
 from ports.consumers import ConsumerConcurrency, ConsumerSlot, Reservation, UsageLedger
 
 DEFAULT_WAIT_SECONDS = 30.0  # a consumer slot's wait when no upstream has a queue timeout
@@ -59,7 +59,7 @@ class Turn:
     __slots__ = ("meter", "reached_upstream", "reservation")
 
     def __init__(self, request: Estimable) -> None:
-        self.meter = UsageMeter(prompt_tokens(request))
+        self.meter = UsageMeter(request)
         self.reached_upstream = False
         self.reservation: Reservation | None = None
 
@@ -83,7 +83,7 @@ class _ReservedTurn(Turn):
     def __init__(
         self, usage: UsageLedger, consumer: Consumer, request: Estimable, record: RequestRecord | None
     ) -> None:
-        self.meter = UsageMeter(prompt_tokens(request))  # Turn.__init__, written out
+        self.meter = UsageMeter(request)  # Turn.__init__, written out
         self.reached_upstream = False
         self.reservation: Reservation | None = None
         self._usage = usage

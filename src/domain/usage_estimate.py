@@ -82,12 +82,22 @@ def reservation_tokens(request: Estimable, prompt_estimate: int | None = None) -
 class UsageMeter:
     """Watches a stream's events: the upstream's usage if it reports one, else an estimate."""
 
-    __slots__ = ("_deltas", "prompt", "reported")
+    __slots__ = ("_deltas", "_prompt", "_request", "reported")
 
-    def __init__(self, prompt_estimate: int) -> None:
-        self.prompt = prompt_estimate  # read-only: the prompt's estimate
+    def __init__(self, request: Estimable) -> None:
+        self._request = request
+        self._prompt: int | None = None
         self._deltas = 0
         self.reported: Usage | None = None
+
+    @property
+    def prompt(self) -> int:
+        """The prompt's estimate, counted when first asked for: most requests never need it
+        (no token limits, and the upstream reports its usage)."""
+        prompt = self._prompt
+        if prompt is None:
+            prompt = self._prompt = prompt_tokens(self._request)
+        return prompt
 
     def feed_batch(self, batch: list[StreamChunk]) -> None:
         """The chunks of one upstream read: deltas counted, the upstream's usage kept."""

@@ -75,8 +75,9 @@ def error(status: int, message: str, flat: bool = False) -> web.Response:
     return web.json_response(payload, status=status)
 
 
-async def sse(request: web.Request, frames: list[bytes], end: bool = True) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+async def sse(request: web.Request, frames: list[bytes], end: bool = True,
+              content_type: str = "text/event-stream") -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": content_type})
     await resp.prepare(request)
     for frame in frames:
         for piece in (frame[:5], frame[5:]):  # cut every frame mid-line
@@ -97,6 +98,9 @@ def make_app(state: Upstream) -> web.Application:
             return web.Response(body=COMPLETION, content_type="application/json")
         if model == "stream":
             return await sse(request, [(FIXTURES / "plain_text_usage.sse").read_bytes()])
+        if model.startswith("typed:"):  # the answer under another Content-Type header
+            return await sse(request, [(FIXTURES / "plain_text_usage.sse").read_bytes()],
+                             content_type=model.removeprefix("typed:"))
         if model == "nested500":
             return error(500, "EngineCore died")
         if model == "flat500":
@@ -287,6 +291,22 @@ async def test_garbage_body_is_a_protocol_error(up: Upstream) -> None:
     with pytest.raises(UpstreamProtocolError, match="without an event stream") as caught:
         await collect(c, request("garbage"))
     assert "oops" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/event-stream; charset=utf-8", "Text/Event-Stream", " text/event-stream ;x=1"]
+)
+async def test_an_event_stream_is_known_by_its_media_type_whatever_its_parameters_or_case(
+    up: Upstream, content_type: str
+) -> None:
+    chunks = await collect(up.client(), request("typed:" + content_type))
+    assert Finish(reason="end_turn") in [e for c in chunks for e in c.events]
+
+
+@pytest.mark.parametrize("content_type", ["text/event-streams", "application/json", "text/plain; x=text/event-stream"])
+async def test_another_media_type_is_not_an_event_stream(up: Upstream, content_type: str) -> None:
+    with pytest.raises(UpstreamProtocolError, match="without an event stream"):
+        await collect(up.client(), request("typed:" + content_type))
 
 
 @pytest.mark.parametrize(("model", "status"), [("html502", 502), ("html404", 404), ("bare500", 500)])

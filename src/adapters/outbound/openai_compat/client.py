@@ -380,7 +380,7 @@ class _OpenStream:
                 stream = ChunkStream(resp, BodyReader(resp, client._idle, client.name, heartbeat), mapper)
                 try:
                     await client._check_status(resp)
-                    if resp.content_type != "text/event-stream":
+                    if not _is_event_stream(resp.headers.get("Content-Type", "")):
                         await client._read_all(resp)
                         raise UpstreamProtocolError(
                             f"upstream '{client.name}' answered a stream request without an event stream",
@@ -413,6 +413,12 @@ class _OpenStream:
             _end_span(self._span, error)
             raise
         _end_span(self._span, exc)
+
+
+def _is_event_stream(content_type: str) -> bool:
+    """The header's media type is `text/event-stream` (aiohttp's `content_type` parses the
+    whole header, parameters and all, into a new object per response: only this is needed)."""
+    return content_type.partition(";")[0].strip().lower() == "text/event-stream"
 
 
 def _end_answered(span: Span | None, finish_reason: str, usage: Usage) -> None:
