@@ -160,10 +160,13 @@ class PrometheusMetrics:
         # `labels()` hashes and validates its arguments on every call: the children are
         # looked up once per label tuple instead (the label values come from config and
         # status codes, so these maps stay small).
-        self._request_children: dict[tuple[str, str, int], Any] = {}
+        # One process: a child's counts are summed here and added to it when read (`_flush`:
+        # render, totals), not one locked `inc` each per request; with several workers, at
+        # once (the files are what other workers' scrapes read). [child, not yet added]
+        self._request_children: dict[tuple[str, str, int], list[Any]] = {}
         self._upstream_children: dict[str, tuple[Any, Any]] = {}
         self._wait_children: dict[tuple[str, str], Any] = {}  # (upstream, consumer)
-        self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._token_children: dict[tuple[str, str], tuple[list[Any], list[Any]]] = {}  # input, output
         self._endpoints: EndpointMetrics | None = None
         # The replicas' own load and their ejections (`[endpoints]`): fed by bootstrap's wiring.
         self.replicas: ReplicaMetrics | None = None
@@ -187,8 +190,11 @@ class PrometheusMetrics:
         key = (record.surface, record.route, record.status)
         requests = self._request_children.get(key)
         if requests is None:
-            requests = self._request_children[key] = self._requests.labels(key[0], key[1], str(key[2]))
-        requests.inc()
+            requests = self._request_children[key] = [self._requests.labels(key[0], key[1], str(key[2])), 0]
+        if self._workers is None:
+            requests[1] += 1
+        else:  # the files now: other workers' scrapes read them
+            requests[0].inc()
         if record.consumer is not None:
             self._consumer_finished(record, record.consumer)
         upstream = record.upstream
@@ -215,11 +221,16 @@ class PrometheusMetrics:
             tokens = self._token_children.get((upstream, model))
             if tokens is None:
                 tokens = self._token_children[upstream, model] = (
-                    self._tokens.labels(upstream, model, "input"), self._tokens.labels(upstream, model, "output"))
-            if record.input_tokens:
-                tokens[0].inc(record.input_tokens)
-            if record.output_tokens:
-                tokens[1].inc(record.output_tokens)
+                    [self._tokens.labels(upstream, model, "input"), 0],
+                    [self._tokens.labels(upstream, model, "output"), 0])
+            if self._workers is None:
+                tokens[0][1] += record.input_tokens
+                tokens[1][1] += record.output_tokens
+            else:
+                if record.input_tokens:
+                    tokens[0][0].inc(record.input_tokens)
+                if record.output_tokens:
+                    tokens[1][0].inc(record.output_tokens)
         if record.error_kind is not None:
             self._upstream_errors.labels(upstream, record.error_kind).inc()
 
@@ -248,6 +259,18 @@ class PrometheusMetrics:
                 entry[5] += record.output_tokens
         if record.rate_limit is not None:
             self._rate_limited.labels(consumer, record.rate_limit).inc()
+
+    def _flush(self) -> None:
+        """Add the request and token counts not yet added to their counters."""
+        for entry in self._request_children.values():
+            if entry[1]:
+                entry[0].inc(entry[1])
+                entry[1] = 0
+        for pair in self._token_children.values():
+            for entry in pair:
+                if entry[1]:
+                    entry[0].inc(entry[1])
+                    entry[1] = 0
 
     def _flush_consumers(self) -> None:
         """Add the consumer counts not yet added to their counters."""
@@ -290,6 +313,7 @@ class PrometheusMetrics:
 
     def render(self) -> tuple[bytes, bytes]:
         self.sync()
+        self._flush()
         self._flush_consumers()
         return CONTENT_TYPE_LATEST.encode(), generate_latest(self._page)
 
@@ -297,6 +321,7 @@ class PrometheusMetrics:
         """The cumulative counts the status page shows per minute (every worker's):
         ("unavailable", upstream, kind), ("requests", consumer), ("tokens", consumer),
         ("limited", consumer, limit)."""
+        self._flush()
         self._flush_consumers()
         wanted = {"gateway_upstream_errors", "gateway_consumer_requests", "gateway_consumer_tokens",
                   "gateway_rate_limited"}

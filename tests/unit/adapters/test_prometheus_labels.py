@@ -53,3 +53,28 @@ def test_consumer_counts_are_all_there_when_read(monkeypatch: pytest.MonkeyPatch
     tokens = {(labels["consumer"], labels["kind"]): v for name, labels, v in page
               if name == "gateway_consumer_tokens_total"}
     assert tokens[("a", "prompt")] == 16 and tokens[("a", "completion")] == 24 and tokens[("e", "prompt")] == 2
+
+
+def test_request_and_token_counts_are_all_there_at_every_scrape() -> None:
+    """One process sums the request and token counts and adds them to the counters when the
+    page is rendered: each scrape shows every request finished before it, none twice."""
+    metrics = PrometheusMetrics(InMemoryAdmissionGate({}, FakeClock()))
+
+    def finish(status: int = 200) -> None:
+        metrics.request_finished(RequestRecord(request_id="r", surface="v1", route="chat", method="POST",
+                                               status=status, duration_seconds=1, upstream="up",
+                                               upstream_model="m", input_tokens=2, output_tokens=3))
+
+    def scrape() -> dict[tuple[str, str], float]:
+        page = samples(metrics.render()[1].decode())
+        out = {(name, labels.get("status") or labels.get("direction", "")): v for name, labels, v in page
+               if name in ("gateway_requests_total", "gateway_tokens_total")}
+        return out
+
+    for _ in range(3):
+        finish()
+    finish(502)
+    assert scrape() == {("gateway_requests_total", "200"): 3, ("gateway_requests_total", "502"): 1,
+                        ("gateway_tokens_total", "input"): 8, ("gateway_tokens_total", "output"): 12}
+    finish()
+    assert scrape()[("gateway_requests_total", "200")] == 4 and scrape()[("gateway_tokens_total", "output")] == 15
