@@ -61,13 +61,13 @@ class BodyReader:
             self._quiet = False
         else:
             self._since = now
-        deadline = self._since + self._idle
-        if self._heartbeat is not None:
-            self._beat_at = beat = now + self._heartbeat
+        heartbeat = self._heartbeat
+        if heartbeat is not None:
+            self._beat_at = now + heartbeat
             self._task = asyncio.current_task()
-            deadline = min(deadline, beat)
         if self._handle is None:
-            self._handle = self._loop.call_at(deadline, self._check)
+            due = self._since + self._idle
+            self._handle = self._loop.call_at(due if heartbeat is None else min(due, self._beat_at), self._check)
         self._reading = True
         return self._resp.content.readany()
 
