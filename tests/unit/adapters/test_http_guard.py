@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from adapters.inbound._shared.edge import HANG_UP_NOTICE, EdgeMiddleware
+from adapters.inbound._shared.edge import BODY_RECEIVED, HANG_UP_NOTICE, EdgeMiddleware
 from adapters.inbound._shared.http_guard import guarded_protocol
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -48,6 +48,14 @@ async def waiting(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
+        return
+    if scope["path"] == "/body":  # whether the server said the body was all there, before and after reading it
+        before = BODY_RECEIVED in scope["state"]
+        while (await receive()).get("more_body"):
+            pass
+        answer = b"%d%d" % (before, BODY_RECEIVED in scope["state"])
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": answer})
         return
     if scope["path"] == "/wait":
         await EdgeMiddleware(waiting)(scope, receive, send)
@@ -264,3 +272,18 @@ async def test_a_hang_up_while_nothing_was_sent_cancels_the_watched_request_at_o
     writer.close()
     assert await asyncio.wait_for(ended.get(), 2) == "cancelled"
     assert now() - began < 0.5
+
+
+async def test_a_body_that_came_whole_is_marked_received_and_a_late_one_only_once_complete(serve: Any) -> None:
+    """The edge reads a body the server says is all there without a timer (`read_body`)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", await serve(5.0, 5.0))
+    head = b"POST /body HTTP/1.1\r\nHost: x\r\ncontent-length: 4\r\n\r\n"
+    writer.write(head + b"abcd")
+    assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)).startswith(b"HTTP/1.1 200")
+    assert await asyncio.wait_for(reader.readexactly(2), 2) == b"11"
+    writer.write(head + b"ab")  # half the body, the rest later
+    await asyncio.sleep(0.1)
+    writer.write(b"cd")
+    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+    assert await asyncio.wait_for(reader.readexactly(2), 2) == b"01"
+    writer.close()

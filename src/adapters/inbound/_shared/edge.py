@@ -51,6 +51,7 @@ from ports.telemetry import RequestObserver
 
 _KEY = "gateway.call"
 HANG_UP_NOTICE = "gateway.hang_up_notice"  # in a scope's state: the server calls `note_hang_up`
+BODY_RECEIVED = "gateway.body_received"  # in a scope's state: the server has the whole request body
 # The watcher task starts only once a request has run this long: a task, a wake-up and a
 # cancellation per request cost more than a fast answer; a hang-up is noticed this late.
 _WATCH_AFTER = 0.005
@@ -278,9 +279,12 @@ class EdgeMiddleware:
 
 
 async def read_body(request: Request[Any, Any, Any], timeout: float | None) -> bytes:
-    """The body through Litestar (its `request_max_body_size` answers 413), within `timeout`."""
+    """The body through Litestar (its `request_max_body_size` answers 413), within `timeout`.
+
+    No timer when the server says the whole body is already there (`BODY_RECEIVED`, set by
+    `http_guard`: a small body comes with its head): reading it cannot wait."""
     try:
-        if timeout is None:
+        if timeout is None or BODY_RECEIVED in request.scope["state"]:
             return await request.body()
         try:
             with Deadline(timeout):  # asyncio.timeout's rule, without its coroutines (adapters/deadline.py)

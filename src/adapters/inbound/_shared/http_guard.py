@@ -39,7 +39,10 @@ only public attributes (`transport`, `loop`, `cycle` and its `scope` and
   request waiting with nothing sent yet (queued, or on a non-streaming upstream) is cancelled
   and frees its slot without a task of its own waiting on `receive()`.
 
-Requests that pass reach the app unchanged (but for that mark in their scope's state).
+- Whole bodies: once a request's body has been received, its scope's state says so
+  (`BODY_RECEIVED`), and the edge reads it without a timer (it cannot wait).
+
+Requests that pass reach the app unchanged (but for those marks in their scope's state).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from adapters.inbound._shared.edge import HANG_UP_NOTICE, note_hang_up, note_stalled
+from adapters.inbound._shared.edge import BODY_RECEIVED, HANG_UP_NOTICE, note_hang_up, note_stalled
 
 log = logging.getLogger("gateway.edge")
 PROGRESS = 64 * 1024  # bytes a paused writer's client must take in per write timeout
@@ -120,6 +123,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._head_since = self.loop.time()
         if self._head_timer is None:
             self._arm_head_timer()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.scope["state"][BODY_RECEIVED] = True  # the edge reads it without a timer
 
     def on_headers_complete(self) -> None:
         self._in_head = False
