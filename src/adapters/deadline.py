@@ -10,6 +10,9 @@ were on entry, and the block ended in `CancelledError` -> `TimeoutError`. A canc
 from outside (a client hang-up cancelling the handler's task) keeps propagating as
 `CancelledError`, also when the deadline expired as well. The timer is dropped on exit.
 
+`Deadlines` is the same for many uses of one delay, on one lazy timer (the upstream head's
+wait: one per upstream client).
+
 Shared by the inbound edge and the outbound clients (import-linter: `adapters` may use it,
 no layer below).
 """
@@ -17,6 +20,7 @@ no layer below).
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from types import TracebackType
 
 
@@ -47,6 +51,91 @@ class Deadline:
     ) -> None:
         self._handle.cancel()
         # Ours only if no one else asked for a cancellation meanwhile (asyncio.timeout's rule).
+        if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
+
+    @property
+    def expired(self) -> bool:
+        return self._expired
+
+
+class Deadlines:
+    """`Deadline`s of one fixed delay that share one lazy loop timer: `with deadlines.start():`.
+
+    Per use, `Deadline` sets a loop timer and cancels it (most calls end long before their
+    deadline): on the upstream call's head wait, per request. With one delay, deadlines
+    expire in the order they began, so they wait in an ordered dict and one timer, set for
+    the oldest, fires only when that one may be due: it expires those that are, and is set
+    again for the oldest left (or dropped until the next start). Same rule on exit as
+    `Deadline` (asyncio.timeout's): `TimeoutError` only for its own cancellation."""
+
+    __slots__ = ("_delay", "_handle", "_loop", "_pending")
+
+    def __init__(self, delay: float) -> None:
+        self._delay = delay
+        self._pending: OrderedDict[SharedDeadline, None] = OrderedDict()
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the timer's (a new loop sets its own)
+
+    def start(self) -> SharedDeadline:
+        return SharedDeadline(self)
+
+    def _add(self, deadline: SharedDeadline, loop: asyncio.AbstractEventLoop) -> None:
+        self._pending[deadline] = None
+        if self._handle is None or self._loop is not loop:
+            self._loop = loop
+            self._handle = loop.call_at(deadline.due, self._fire, loop)
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self._loop:
+            return  # a timer of a loop before this one's
+        self._handle = None
+        pending = self._pending
+        now = loop.time()
+        while pending:
+            oldest = next(iter(pending))
+            if oldest.due > now:
+                self._handle = loop.call_at(oldest.due, self._fire, loop)
+                return
+            del pending[oldest]
+            oldest.expire()
+
+    def close(self) -> None:
+        """Drop the timer (at shutdown)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.cancel()
+
+
+class SharedDeadline:
+    """One use of `Deadlines`: a context manager as `Deadline`."""
+
+    __slots__ = ("_cancelling", "_clock", "_expired", "_task", "due")
+
+    def __init__(self, clock: Deadlines) -> None:
+        self._clock = clock
+        self._expired = False
+
+    def __enter__(self) -> SharedDeadline:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Deadline should be used inside a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        loop = asyncio.get_running_loop()
+        clock = self._clock
+        self.due = loop.time() + clock._delay
+        clock._add(self, loop)
+        return self
+
+    def expire(self) -> None:
+        self._expired = True
+        self._task.cancel()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._clock._pending.pop(self, None)
         if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
 

@@ -1,5 +1,6 @@
-"""`Deadline` behaves as `asyncio.timeout` does: its own expiry is a TimeoutError, anyone else's
-cancellation stays a CancelledError, and nothing is left scheduled after the block."""
+"""`Deadline` (and each use of `Deadlines`) behaves as `asyncio.timeout` does: its own expiry is
+a TimeoutError, anyone else's cancellation stays a CancelledError, and nothing fires after the
+block."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from typing import Any
 import pytest
 import uvloop
 
-from adapters.deadline import Deadline
+from adapters.deadline import Deadline, Deadlines, SharedDeadline
+
+Make = Callable[[float], "Deadline | SharedDeadline"]
+KINDS = pytest.mark.parametrize("make", [Deadline, lambda delay: Deadlines(delay).start()], ids=["own", "shared"])
 
 
 def on_both_loops(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -21,10 +25,11 @@ def on_both_loops(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
         runner.run(test())
 
 
-def test_the_deadline_fires_as_timeout_error() -> None:
+@KINDS
+def test_the_deadline_fires_as_timeout_error(make: Make) -> None:
     async def scenario() -> None:
         with pytest.raises(TimeoutError):
-            with Deadline(0.01) as deadline:
+            with make(0.01) as deadline:
                 await asyncio.sleep(5)
         assert deadline.expired
         task = asyncio.current_task()
@@ -34,9 +39,10 @@ def test_the_deadline_fires_as_timeout_error() -> None:
     on_both_loops(scenario)
 
 
-def test_a_block_that_ends_in_time_is_untouched_and_leaves_no_timer() -> None:
+@KINDS
+def test_a_block_that_ends_in_time_is_untouched_and_leaves_no_timer(make: Make) -> None:
     async def scenario() -> None:
-        with Deadline(0.05) as deadline:
+        with make(0.05) as deadline:
             await asyncio.sleep(0)
             result = 42
         assert result == 42 and not deadline.expired
@@ -48,12 +54,13 @@ def test_a_block_that_ends_in_time_is_untouched_and_leaves_no_timer() -> None:
     on_both_loops(scenario)
 
 
-def test_an_outside_cancel_during_the_wait_propagates() -> None:
+@KINDS
+def test_an_outside_cancel_during_the_wait_propagates(make: Make) -> None:
     async def scenario() -> None:
         entered = asyncio.Event()
 
         async def waiter() -> None:
-            with Deadline(5):
+            with make(5):
                 entered.set()
                 await asyncio.sleep(5)
 
@@ -67,13 +74,14 @@ def test_an_outside_cancel_during_the_wait_propagates() -> None:
     on_both_loops(scenario)
 
 
-def test_an_outside_cancel_is_not_swallowed_when_the_deadline_also_expired() -> None:
+@KINDS
+def test_an_outside_cancel_is_not_swallowed_when_the_deadline_also_expired(make: Make) -> None:
     async def scenario() -> None:
         entered = asyncio.Event()
         deadlines: list[Deadline] = []
 
         async def waiter() -> None:
-            with Deadline(0.01) as deadline:
+            with make(0.01) as deadline:
                 deadlines.append(deadline)
                 entered.set()
                 await asyncio.sleep(5)
@@ -89,10 +97,11 @@ def test_an_outside_cancel_is_not_swallowed_when_the_deadline_also_expired() -> 
     on_both_loops(scenario)
 
 
-def test_an_outside_cancel_before_the_timer_fires_also_propagates() -> None:
+@KINDS
+def test_an_outside_cancel_before_the_timer_fires_also_propagates(make: Make) -> None:
     async def scenario() -> None:
         async def waiter() -> None:
-            with Deadline(0.01):
+            with make(0.01):
                 try:
                     await asyncio.sleep(5)
                 finally:
@@ -157,3 +166,44 @@ def test_outside_a_task_it_refuses() -> None:
     with pytest.raises(RuntimeError):
         with Deadline(1):
             pass
+
+
+def test_shared_deadlines_expire_each_at_its_own_time_on_one_timer() -> None:
+    async def scenario() -> None:
+        deadlines = Deadlines(0.05)
+        ended: list[tuple[int, str]] = []
+
+        async def call(n: int, seconds: float) -> None:
+            try:
+                with deadlines.start():
+                    await asyncio.sleep(seconds)
+                ended.append((n, "done"))
+            except TimeoutError:
+                ended.append((n, "timeout"))
+
+        # Started 0.02 s apart: the quick ones end in time, the slow ones each time out 0.05 s
+        # after their own start, whatever ended or is pending around them.
+        tasks = []
+        for n, seconds in enumerate([5, 0.01, 5, 0.01, 5]):
+            tasks.append(asyncio.ensure_future(call(n, seconds)))
+            await asyncio.sleep(0.02)
+        await asyncio.gather(*tasks)
+        assert sorted(ended) == [(0, "timeout"), (1, "done"), (2, "timeout"), (3, "done"), (4, "timeout")]
+        assert [n for n, how in ended if how == "timeout"] == [0, 2, 4]  # in the order they began
+        assert not deadlines._pending  # nothing left waiting
+
+    on_both_loops(scenario)
+
+
+def test_shared_deadlines_work_on_each_new_loop() -> None:
+    deadlines = Deadlines(0.01)
+
+    async def scenario() -> None:
+        with pytest.raises(TimeoutError):
+            with deadlines.start():
+                await asyncio.sleep(5)
+        with deadlines.start():  # a timer left for this one on the old loop must not matter
+            pass
+
+    for _ in range(2):
+        on_both_loops(scenario)

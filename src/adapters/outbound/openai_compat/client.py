@@ -9,7 +9,7 @@ Three timeouts, because the wait for headers and the gaps between body reads nee
 different bounds (a non-streaming answer sends its headers only when generation is
 done): `connect_timeout` bounds DNS, TCP and TLS connect (aiohttp's `connect` and
 `sock_connect`), `first_byte_timeout` the wait for the response headers (one loop timer
-per call: `adapters/deadline.py`), `idle_timeout` every single wait for more of the body
+for all calls: `adapters/deadline.py`), `idle_timeout` every single wait for more of the body
 (one lazy timer per response: `body_reader.py`).
 
 Any exit before a response body's end closes the response, so its connection is
@@ -39,7 +39,7 @@ import aiohttp
 import msgspec
 from yarl import URL
 
-from adapters.deadline import Deadline
+from adapters.deadline import Deadlines
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, Usage
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import (
@@ -82,8 +82,8 @@ class OpenAICompatClient:
     """One upstream server; share one instance per upstream address."""
 
     __slots__ = (
-        "_chat_url", "_completions_url", "_embeddings_url", "_first_byte", "_idle", "_replica_urls", "_replicas",
-        "_sessions", "_timeout", "_tokenize_url", "_tracer", "name",
+        "_chat_url", "_completions_url", "_deadlines", "_embeddings_url", "_first_byte", "_idle", "_replica_urls",
+        "_replicas", "_sessions", "_timeout", "_tokenize_url", "_tracer", "name",
     )
 
     def __init__(
@@ -111,6 +111,7 @@ class OpenAICompatClient:
         # Per call: the first byte and each body read are bounded by our own timers below.
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
         self._first_byte = first_byte_timeout
+        self._deadlines = Deadlines(first_byte_timeout)  # the head waits of every call share one timer
         self._idle = idle_timeout
 
     def __repr__(self) -> str:
@@ -267,7 +268,7 @@ class OpenAICompatClient:
         """
         attempt = Attempt()
         try:
-            with Deadline(self._first_byte):  # asyncio.timeout's rule, for less (adapters/deadline.py)
+            with self._deadlines.start():  # asyncio.timeout's rule on one shared timer (adapters/deadline.py)
                 return await self._send(session, url, body, headers, attempt)
         except aiohttp.ConnectionTimeoutError as exc:  # before TimeoutError: it is one
             raise UpstreamTimeout(f"upstream '{self.name}' connect timed out", failure=FailureKind.CONNECT) from exc
