@@ -224,8 +224,8 @@ class PrometheusMetrics:
                     [self._tokens.labels(upstream, model, "input"), 0],
                     [self._tokens.labels(upstream, model, "output"), 0])
             if self._workers is None:
-                tokens[0][1] += record.input_tokens
-                tokens[1][1] += record.output_tokens
+                tokens[0][1] += record.input_tokens or 0  # None: an embedding has no output
+                tokens[1][1] += record.output_tokens or 0
             else:
                 if record.input_tokens:
                     tokens[0][0].inc(record.input_tokens)

@@ -77,4 +77,8 @@ def test_request_and_token_counts_are_all_there_at_every_scrape() -> None:
     assert scrape() == {("gateway_requests_total", "200"): 3, ("gateway_requests_total", "502"): 1,
                         ("gateway_tokens_total", "input"): 8, ("gateway_tokens_total", "output"): 12}
     finish()
-    assert scrape()[("gateway_requests_total", "200")] == 4 and scrape()[("gateway_tokens_total", "output")] == 15
+    metrics.request_finished(RequestRecord(request_id="r", surface="v1", route="chat", method="POST",
+                                           status=200, duration_seconds=1, upstream="up", upstream_model="m",
+                                           input_tokens=5, output_tokens=None))  # an embedding: no output
+    assert scrape()[("gateway_requests_total", "200")] == 5 and scrape()[("gateway_tokens_total", "output")] == 15
+    assert scrape()[("gateway_tokens_total", "input")] == 15
