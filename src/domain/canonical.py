@@ -146,7 +146,7 @@ class Usage(Struct, kw_only=True):
     cached_tokens: int | None = None
 
 
-class NativePayload(Struct, kw_only=True):
+class NativePayload(Struct, kw_only=True, gc=False):
     """The upstream's own bytes, tagged with its wire format.
 
     An inbound dialect whose wire format is the same may relay these bytes untouched
@@ -172,21 +172,21 @@ class ChatResponse(Struct, kw_only=True):
 # --- stream events ---------------------------------------------------------
 
 
-class MessageStart(Struct, tag="message_start", kw_only=True):
+class MessageStart(Struct, tag="message_start", kw_only=True, gc=False):
     id: str
     model: str
     created: int
 
 
-class TextDelta(Struct, tag="text_delta", kw_only=True):
+class TextDelta(Struct, tag="text_delta", kw_only=True, gc=False):
     text: str
 
 
-class ThinkingDelta(Struct, tag="thinking_delta", kw_only=True):
+class ThinkingDelta(Struct, tag="thinking_delta", kw_only=True, gc=False):
     text: str
 
 
-class ToolCallStart(Struct, tag="tool_call_start", kw_only=True):
+class ToolCallStart(Struct, tag="tool_call_start", kw_only=True, gc=False):
     """A new tool call; `index` is the call's position among this message's calls."""
 
     index: int
@@ -194,23 +194,23 @@ class ToolCallStart(Struct, tag="tool_call_start", kw_only=True):
     name: str
 
 
-class ToolArgsDelta(Struct, tag="tool_args_delta", kw_only=True):
+class ToolArgsDelta(Struct, tag="tool_args_delta", kw_only=True, gc=False):
     index: int
     json_fragment: str
 
 
-class UsageReport(Struct, tag="usage", kw_only=True):
+class UsageReport(Struct, tag="usage", kw_only=True, gc=False):
     """Cumulative totals; a later report replaces an earlier one."""
 
     usage: Usage
 
 
-class Finish(Struct, tag="finish", kw_only=True):
+class Finish(Struct, tag="finish", kw_only=True, gc=False):
     reason: FinishReason
     stop_sequence: str | None = None
 
 
-class StreamError(Struct, tag="error", kw_only=True):
+class StreamError(Struct, tag="error", kw_only=True, gc=False):
     """A failure after the stream started; the dialect renders it as its error event."""
 
     kind: str
@@ -230,13 +230,17 @@ StreamEvent = (
 )
 
 
-class StreamChunk(Struct, kw_only=True):
+class StreamChunk(Struct, kw_only=True, gc=False):
     """What one upstream frame decoded to, with the frame itself.
 
     One frame may carry several events (a finish and usage, say) or none (a keep-alive).
     `native` lets a dialect with the upstream's wire format relay the frame untouched.
     Streams deliver chunks in batches (`ChunkBatch`): the chunks decoded from one
     upstream read, which a dialect sends to its client in one write.
+
+    `gc=False` here and on the stream events and `NativePayload` (msgspec's option): they
+    hold strings, numbers and lists of events, never a reference cycle, so the cyclic GC
+    need not track the few made per streamed token.
     """
 
     events: list[StreamEvent]

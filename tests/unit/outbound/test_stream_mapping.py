@@ -282,3 +282,71 @@ def test_a_malformed_payload_after_the_first_is_an_error_without_native() -> Non
     mapper.feed(_FIRST)
     chunk = mapper.feed(b'{"choices": [')
     assert chunk is not None and chunk.native is None and mapper.phase is Phase.FAILED
+
+
+_HEAD = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"m","choices":[{"index":0,"delta":{"content":'
+_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
+_TEXTS = [b'"plain"', b'""', b'"\\"quoted\\" \\\\"', b'"caf\xc3\xa9 \\u00e9\\n\\t"', b'"\\ud83d\\ude00"',
+          b'"ends in \\\\"', b' "spaced" ', b'"a" "b"', b'"unterminated', b'"raw \x01 control"', b'"bad \\x escape"',
+          b'"\xff"', b"1", b"null", b'"a"},"x":{"content":"b"', b"", b'"', b'"\\u12"']
+
+
+def _shaped_payloads() -> list[bytes]:
+    """Token payloads of one shape (the learnt fast path's), valid and not, and others of a stream."""
+    payloads = [_HEAD + text + _TAIL for text in _TEXTS]
+    payloads += [
+        _HEAD.replace(b'"index":0', b'"index":1') + b'"other choice"' + _TAIL,  # n > 1
+        _HEAD + b'"x"' + _TAIL.replace(b"}]}", b'}],"usage":{"prompt_tokens":1,"completion_tokens":2}}'),
+        _HEAD.replace(b'"created":5', b'"created":6') + b'"moved"' + _TAIL,
+        _HEAD + b'"x","reasoning":"r"' + _TAIL,
+        _HEAD + b'"x"' + _TAIL[:-1],  # malformed: the last brace missing
+        _HEAD + b'"x"' + _TAIL + b"]",
+        _HEAD + b'"after"' + _TAIL,
+    ]
+    return payloads
+
+
+@pytest.mark.parametrize("payload", _shaped_payloads())
+def test_a_learnt_token_shape_maps_every_payload_as_the_full_decode(payload: bytes) -> None:
+    """The token path that decodes only the text between the learnt bytes maps any payload,
+    valid or not, exactly as a mapper that never learns (always the full decode)."""
+    learnt, reference = StreamMapper(), StreamMapper()
+    reference._tries = 0
+    for mapper in (learnt, reference):
+        mapper.feed(_FIRST)
+        mapper.feed(_HEAD + b'"learn"' + _TAIL)
+    assert learnt._head == _HEAD and reference._head is None
+    finish = b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+    for following in (payload, _HEAD + b'"next"' + _TAIL, finish):
+        got, want = learnt.feed(following), reference.feed(following)
+        assert got == want
+        assert learnt.phase is reference.phase
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # the last "content" key is not choice 0's text
+        _HEAD + b'"t"},"logprobs":{"content":[{"token":"t","logprob":-0.1}]},"finish_reason":null}]}',
+        _HEAD + b'"t"},"extra":{"content":"t"},"finish_reason":null}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"t"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}',
+        b'{"choices":[{"index":0,"delta":{"content":"t"}},{"index":0,"delta":{"content":"t"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content" : "t"}}]}',
+    ],
+)
+def test_no_shape_is_learnt_where_the_text_is_not_choice_zeros_alone(payload: bytes) -> None:
+    mapper = StreamMapper()
+    mapper.feed(_FIRST)
+    chunk = mapper.feed(payload)
+    assert chunk is not None and chunk.events[0] == TextDelta(text="t")
+    assert mapper._head is None
+
+
+def test_a_shape_is_learnt_from_a_few_payloads_at_most() -> None:
+    mapper = StreamMapper()
+    mapper.feed(_FIRST)
+    for _ in range(5):
+        mapper.feed(b'{"choices":[{"index":0,"delta":{"content":"t"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}')
+    assert mapper._tries == 0
+    mapper.feed(_HEAD + b'"x"' + _TAIL)
+    assert mapper._head is None

@@ -70,7 +70,10 @@ class ChunkWriter:
             return b""
         native = chunk.native
         if native is not None and native.format == NATIVE_FORMAT:
-            return self._relay(chunk.events, native.data)
+            events = chunk.events
+            if len(events) == 1 and type(events[0]) is TextDelta and not self._rename:
+                return b"".join((b"data: ", native.data, b"\n\n"))  # a token: nothing to note
+            return self._relay(events, native.data)
         frames: list[bytes] = []
         for event in chunk.events:
             if isinstance(event, UsageReport):

@@ -12,7 +12,6 @@ not dispatched, and an unterminated event at EOF is discarded.
 from __future__ import annotations
 
 _LF = b"\n"
-_CR = b"\r"
 _END = b"\n\n"
 _FAST_PREFIX = b"data: "
 
@@ -41,17 +40,18 @@ class SseDecoder:
             # The usual reads: whole events of one `data: ` line each (what vLLM writes): one
             # event, or several taken by one split on the blank lines. Anything else (a
             # comment, another field, CRLF, an event of several lines, extra blank lines, an
-            # event not yet ended) goes the general way below.
+            # event not yet ended) goes the general way below. Prefixes are compared on a slice:
+            # `startswith` parses its arguments the slow (varargs) way.
             end = data.find(_LF)
             if end == len(data) - 2:
-                if data[-1] == 10 and data[end - 1] != 13 and data.startswith(_FAST_PREFIX):
+                if data[-1] == 10 and data[end - 1] != 13 and data[:6] == _FAST_PREFIX:
                     return [data[6:end]]
             elif end > 0 and data.endswith(_END):
                 events = data.split(_END)
                 if not events.pop():
                     payloads = []
                     for event in events:
-                        if not event.startswith(_FAST_PREFIX) or _LF in event or event.endswith(_CR):
+                        if event[:6] != _FAST_PREFIX or _LF in event or event[-1] == 13:
                             break
                         payloads.append(event[6:])
                     else:

@@ -12,6 +12,15 @@ Contract with consumers:
 - Errors the gateway detects itself (malformed JSON, missing finish, transport
   failures reported through `fail`) carry `native=None`.
 - Only choice 0 produces canonical events; `native` keeps the other choices.
+
+Most payloads of a stream are tokens that differ from each other only in the text: vLLM
+writes the same id, creation time, model and field order every time. Once one has been
+decoded, its bytes around the text are kept (`_head`, `_tail`), and a payload with the same
+bytes around one JSON string is mapped by decoding that string alone. What the bytes around
+it mean is proven once, by decoding them around a probe string (`_learn_shape`): the probe
+must come out as choice 0's text and nothing else (no usage, no finish, no error). Anything
+else (a payload that differs elsewhere, a text that is not one valid JSON string) takes the
+full decode, which words any error.
 """
 
 from __future__ import annotations
@@ -41,10 +50,21 @@ from domain.canonical import (
 )
 from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
 
-from .wire import CHUNK_DECODER, COMPLETION_DECODER, NEXT_CHUNK_DECODER, ChunkChoice, ToolCallDelta
+from .wire import (
+    CHUNK_DECODER,
+    COMPLETION_DECODER,
+    NEXT_CHUNK_DECODER,
+    STRING_DECODER,
+    ChunkChoice,
+    ToolCallDelta,
+)
 
 NATIVE_FORMAT = "openai-chat"
 _DONE = b"[DONE]"
+_CONTENT_KEY = b'"content":'
+_PROBE = b'"\\u0000gateway probe"'  # a JSON string no upstream text is confused with
+_PROBE_TEXT = "\x00gateway probe"
+_SHAPE_TRIES = 3  # token payloads a stream may learn its shape from (each costs a full decode)
 
 
 def map_finish(finish_reason: str, stop_reason: str | int | None, tool_calls: bool) -> Finish | StreamError:
@@ -124,13 +144,18 @@ class Phase(enum.Enum):
 _OPEN, _FINISHED, _ENDED_DONE, _FAILED = Phase.OPEN, Phase.FINISHED, Phase.DONE, Phase.FAILED
 
 class StreamMapper:
-    __slots__ = ("_held_args", "_message_id", "_tools", "phase")
+    __slots__ = ("_around", "_head", "_held_args", "_message_id", "_tail", "_tools", "_tries", "phase")
 
     def __init__(self) -> None:
         self.phase = Phase.IDLE
         self._message_id = ""
         self._tools: set[int] = set()  # indices of tool calls already started
         self._held_args: dict[int, str] = {}  # arguments seen before their call's name
+        # A token payload's bytes before and after its text (see the module doc); none yet.
+        self._head: bytes | None = None
+        self._tail = b""
+        self._around = 0  # len(_head) + len(_tail)
+        self._tries = _SHAPE_TRIES
 
     @property
     def ended(self) -> bool:
@@ -142,6 +167,19 @@ class StreamMapper:
         """The chunk one `data` payload maps to; None for `[DONE]`, empties, or after the end."""
         phase = self.phase
         if phase is _OPEN and payload and payload != _DONE:  # the usual payload: a token
+            head = self._head
+            if head is not None:
+                # The text alone if the bytes around it are the learnt ones: both removed, one
+                # length tells (`startswith` and `endswith` parse their arguments the slow way).
+                raw = payload.removeprefix(head).removesuffix(self._tail)
+                if len(raw) == len(payload) - self._around:
+                    try:
+                        text = STRING_DECODER.decode(raw)
+                    except msgspec.DecodeError:
+                        pass  # not one JSON string there: the full decode below decides
+                    else:
+                        return StreamChunk(events=[TextDelta(text=text)] if text else [],
+                                           native=NativePayload(format=NATIVE_FORMAT, data=payload))
             try:
                 view = NEXT_CHUNK_DECODER.decode(payload)
             except msgspec.DecodeError as exc:
@@ -155,6 +193,8 @@ class StreamMapper:
                                 and delta.reasoning is None and delta.reasoning_content is None):
                             if delta.content:
                                 events.append(TextDelta(text=delta.content))
+                            if self._tries:
+                                self._learn_shape(payload)
                         else:
                             self._choice(choice, events)
                         break
@@ -191,6 +231,35 @@ class StreamMapper:
         if full.usage is not None:
             self._usage(full.usage.usage(), events)
         return StreamChunk(events=events, native=native)
+
+    def _learn_shape(self, payload: bytes) -> None:
+        """Keep the bytes of a token payload around its text if they are proven to map any
+        JSON string put between them to choice 0's text alone (see the module doc)."""
+        self._tries -= 1
+        key = payload.rfind(_CONTENT_KEY)
+        if key <= 0 or payload[key - 1] not in b"{,":
+            return
+        start = key + len(_CONTENT_KEY)
+        end = _string_end(payload, start)
+        if end < 0:
+            return
+        head, tail = payload[:start], payload[end:]
+        if not tail:
+            return
+        try:
+            view = NEXT_CHUNK_DECODER.decode(b"".join((head, _PROBE, tail)))
+        except msgspec.DecodeError:
+            return
+        if view.error is not None or view.object == "error" or view.usage is not None:
+            return
+        choice = next((c for c in view.choices if c.index == 0), None)
+        if choice is None or choice.finish_reason is not None:
+            return
+        delta = choice.delta
+        if (delta is None or delta.content != _PROBE_TEXT or delta.tool_calls is not None
+                or delta.reasoning is not None or delta.reasoning_content is not None):
+            return
+        self._head, self._tail, self._around = head, tail, len(head) + len(tail)
 
     def _usage(self, usage: Usage, events: list[StreamEvent]) -> None:
         # An error stays the last event; usage still counts what was generated.
@@ -248,3 +317,21 @@ class StreamMapper:
                 events.append(ToolArgsDelta(index=index, json_fragment=held))
         if args:
             events.append(ToolArgsDelta(index=index, json_fragment=args))
+
+
+def _string_end(data: bytes, start: int) -> int:
+    """Where the JSON string literal starting at `start` ends (the index after its closing
+    quote), or -1 if none starts there."""
+    if data[start : start + 1] != b'"':
+        return -1
+    at = start + 1
+    while True:
+        quote = data.find(b'"', at)
+        if quote < 0:
+            return -1
+        escapes = 0
+        while data[quote - 1 - escapes] == 92:  # a backslash
+            escapes += 1
+        if not escapes % 2:
+            return quote + 1
+        at = quote + 1

@@ -207,6 +207,7 @@ class EmbeddingListView(ErrorFields):
 
 CHUNK_DECODER = msgspec.json.Decoder(ChunkView)
 NEXT_CHUNK_DECODER = msgspec.json.Decoder(NextChunkView)
+STRING_DECODER = msgspec.json.Decoder(str)  # one JSON string literal: a token's text alone
 COMPLETION_DECODER = msgspec.json.Decoder(CompletionView)
 ERROR_DECODER = msgspec.json.Decoder(ErrorFields)
 TOKENIZE_DECODER = msgspec.json.Decoder(TokenizeView)
