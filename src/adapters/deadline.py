@@ -24,32 +24,25 @@ from collections import OrderedDict
 from types import TracebackType
 
 
-class Deadline:
-    """`with Deadline(seconds):` around awaits in a task: `TimeoutError` once `seconds` passed."""
+class _Expiry:
+    """What both kinds share: the task it cancels when it expires, and asyncio.timeout's rule
+    on exit (`TimeoutError` only for its own cancellation)."""
 
-    __slots__ = ("_cancelling", "_delay", "_expired", "_handle", "_task")
+    __slots__ = ("_cancelling", "_expired", "_task")
 
-    def __init__(self, delay: float) -> None:
-        self._delay = delay
-        self._expired = False
-
-    def __enter__(self) -> Deadline:
+    def _begin(self) -> None:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("Deadline should be used inside a task")
         self._task = task
         self._cancelling = task.cancelling()
-        self._handle = asyncio.get_running_loop().call_later(self._delay, self._expire)
-        return self
+        self._expired = False
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         self._expired = True
         self._task.cancel()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._handle.cancel()
+    def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
         # Ours only if no one else asked for a cancellation meanwhile (asyncio.timeout's rule).
         if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
@@ -57,6 +50,27 @@ class Deadline:
     @property
     def expired(self) -> bool:
         return self._expired
+
+
+class Deadline(_Expiry):
+    """`with Deadline(seconds):` around awaits in a task: `TimeoutError` once `seconds` passed."""
+
+    __slots__ = ("_delay", "_handle")
+
+    def __init__(self, delay: float) -> None:
+        self._delay = delay
+        self._expired = False
+
+    def __enter__(self) -> Deadline:
+        self._begin()
+        self._handle = asyncio.get_running_loop().call_later(self._delay, self.expire)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._handle.cancel()
+        self._end(exc_type, exc)
 
 
 class Deadlines:
@@ -107,38 +121,25 @@ class Deadlines:
             handle.cancel()
 
 
-class SharedDeadline:
+class SharedDeadline(_Expiry):
     """One use of `Deadlines`: a context manager as `Deadline`."""
 
-    __slots__ = ("_cancelling", "_clock", "_expired", "_task", "due")
+    __slots__ = ("_clock", "due")
 
     def __init__(self, clock: Deadlines) -> None:
         self._clock = clock
         self._expired = False
 
     def __enter__(self) -> SharedDeadline:
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("Deadline should be used inside a task")
-        self._task = task
-        self._cancelling = task.cancelling()
+        self._begin()
         loop = asyncio.get_running_loop()
         clock = self._clock
         self.due = loop.time() + clock._delay
         clock._add(self, loop)
         return self
 
-    def expire(self) -> None:
-        self._expired = True
-        self._task.cancel()
-
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._clock._pending.pop(self, None)
-        if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
-            raise TimeoutError from exc
-
-    @property
-    def expired(self) -> bool:
-        return self._expired
+        self._end(exc_type, exc)
