@@ -114,12 +114,6 @@ class Deadlines:
             del pending[oldest]
             oldest.expire()
 
-    def close(self) -> None:
-        """Drop the timer (at shutdown)."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.cancel()
-
 
 class SharedDeadline(_Expiry):
     """One use of `Deadlines`: a context manager as `Deadline`."""
