@@ -197,7 +197,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     scenario, is_paced = SCENARIOS[args.scenario]
     cpus = sorted(os.sched_getaffinity(0))
     load, tcpus = ({cpus[0]}, {cpus[1]}) if len(cpus) > 1 and args.pin == "split" else (None, None)
-    tokens = paced.TOKENS if is_paced else LOAD_TOKENS
+    tokens = args.tokens or (paced.TOKENS if is_paced else LOAD_TOKENS)
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
         procs = t.Procs(Path(tmp))
@@ -292,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=5000, help="requests per measured run (load scenarios)")
     p.add_argument("--warmup", type=int, default=1000, help="requests before measuring")
     p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--tokens", type=int, default=0,
+                   help="the stub's answer length (default: 20, paced 50); two lengths split per-request from per-token cost")
     p.add_argument("--streams", type=int, default=200, help="paced: concurrent streams")
     p.add_argument("--rounds", type=int, default=3, help="paced: answers per stream per measured run")
     p.add_argument("--repeat", type=int, default=3, help="measured runs (callgrind: one)")

@@ -231,7 +231,8 @@ StreamEvent = (
 
 
 class StreamChunk(Struct, kw_only=True, gc=False):
-    """What one upstream frame decoded to, with the frame itself.
+    """What one upstream frame decoded to, with the frame itself, or a run of plain token
+    frames of one read (one `TextDelta` per non-empty text, the frames as one `native`).
 
     One frame may carry several events (a finish and usage, say) or none (a keep-alive).
     `native` lets a dialect with the upstream's wire format relay the frame untouched.
@@ -248,7 +249,7 @@ class StreamChunk(Struct, kw_only=True, gc=False):
 
 
 ChunkBatch = list[StreamChunk]
-"""The chunks of one upstream read, in order; never empty."""
+"""The chunks of one upstream read, in order; empty only as a heartbeat (`ChatService.stream`)."""
 
 
 class QueuePosition(Struct, tag="queue", kw_only=True):

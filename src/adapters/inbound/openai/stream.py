@@ -1,9 +1,9 @@
 """Canonical stream chunks -> OpenAI `chat.completion.chunk` SSE frames.
 
-When the upstream already speaks this dialect (native format `openai-chat`), its
-frames are relayed byte for byte: nothing is re-encoded and fields the canonical
-model does not name (logprobs, n > 1 choices) survive. Otherwise the canonical
-events are encoded. Either way this writer decides what the client may see (the
+When the upstream already speaks this dialect (native format `openai-chat`, or a run of
+token frames, `openai-chat-token-frames`), its frames are relayed byte for byte: nothing
+is re-encoded and fields the canonical model does not name (logprobs, n > 1 choices)
+survive. Otherwise the canonical events are encoded. Either way this writer decides what the client may see (the
 usage-only chunk only if it asked for usage), ends every stream with `[DONE]`, and
 remembers usage and finish reason for the request record.
 """
@@ -31,7 +31,11 @@ from domain.canonical import (
 )
 
 NATIVE_FORMAT = "openai-chat"
+# A run of token frames as the upstream sent them (`data: ` ... blank line), one TextDelta per
+# non-empty text among the events: relayed as they are.
+TOKEN_FRAMES_FORMAT = "openai-chat-token-frames"
 DONE = b"data: [DONE]\n\n"
+_END = b"\n\n"
 
 
 class Phase(enum.Enum):
@@ -69,11 +73,15 @@ class ChunkWriter:
         if self.phase is _CLOSED:
             return b""
         native = chunk.native
-        if native is not None and native.format == NATIVE_FORMAT:
-            events = chunk.events
-            if len(events) == 1 and type(events[0]) is TextDelta and not self._rename:
-                return b"".join((b"data: ", native.data, b"\n\n"))  # a token: nothing to note
-            return self._relay(events, native.data)
+        if native is not None:
+            format = native.format
+            if format == TOKEN_FRAMES_FORMAT:  # tokens: nothing to note
+                return native.data if not self._rename else self._renamed_frames(native.data)
+            if format == NATIVE_FORMAT:
+                events = chunk.events
+                if len(events) == 1 and type(events[0]) is TextDelta and not self._rename:
+                    return b"".join((b"data: ", native.data, b"\n\n"))  # a token: nothing to note
+                return self._relay(events, native.data)
         frames: list[bytes] = []
         for event in chunk.events:
             if isinstance(event, UsageReport):
@@ -118,6 +126,11 @@ class ChunkWriter:
         if self._rename:
             data = renamed(data, self._model)
         return b"".join((b"data: ", data, b"\n\n"))
+
+    def _renamed_frames(self, frames: bytes) -> bytes:
+        """Token frames (one `data: ` line each) with the client's model name in each."""
+        model = self._model
+        return b"".join([b"data: " + renamed(frame[6:], model) + _END for frame in frames.split(_END)[:-1]])
 
     def finish(self) -> bytes:
         if self.phase is Phase.CLOSED:

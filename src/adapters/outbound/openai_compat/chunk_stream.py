@@ -46,7 +46,8 @@ class Reader(Protocol):
 
 
 class Mapper(Protocol):
-    """Payloads -> canonical chunks: `StreamMapper` (chat) or `TextStreamMapper` (completions)."""
+    """Payloads -> canonical chunks: `StreamMapper` (chat) or `TextStreamMapper` (completions);
+    `feed_events` maps a read's whole events, up to a failure (`SseDecoder.whole_events`)."""
 
     phase: Phase
 
@@ -54,6 +55,8 @@ class Mapper(Protocol):
     def ended(self) -> bool: ...
 
     def feed(self, payload: bytes) -> StreamChunk | None: ...
+
+    def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch: ...
 
     def close(self) -> StreamChunk | None: ...
 
@@ -114,8 +117,15 @@ class ChunkStream:
         """The chunks of one upstream read (maybe none); a failure as the last chunk. Once the
         mapper has ended (`[DONE]` or a failure), so has the stream."""
         mapper = self._mapper
+        decoder = self._decoder
+        blocks = decoder.whole_events(data)
+        if blocks is not None:  # the usual read (`SseDecoder.whole_events`)
+            chunks = mapper.feed_events(blocks, data)
+            if mapper.ended:
+                self._eof = True
+            return chunks
         try:
-            payloads = self._decoder.feed(data)
+            payloads = decoder.feed(data)
         except SseOverflow as exc:
             return self._end([], mapper.fail(UpstreamProtocolError(str(exc))))
         feed = mapper.feed

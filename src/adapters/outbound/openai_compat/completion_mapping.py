@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from domain.canonical import (
+    ChunkBatch,
     MessageStart,
     NativePayload,
     StreamChunk,
@@ -23,6 +24,7 @@ from domain.canonical import (
 from domain.completions import Completion, Embeddings
 from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
 
+from .sse_decoder import parse_event
 from .stream_mapping import Phase, error_event, map_finish
 from .wire import EMBEDDINGS_DECODER, TEXT_DECODER, ErrorFields, UsageView
 
@@ -116,6 +118,18 @@ class TextStreamMapper:
             at = len(events) - 1 if self.phase is Phase.FAILED else len(events)
             events.insert(at, UsageReport(usage=_usage(view.usage)))
         return StreamChunk(events=events, native=native)
+
+    def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch:
+        """Each whole event's payload as `feed` maps it, up to a failure."""
+        batch: ChunkBatch = []
+        for block in blocks:
+            payload = parse_event(block)
+            chunk = self.feed(payload) if payload is not None else None
+            if chunk is not None:
+                batch.append(chunk)
+                if self.phase is Phase.FAILED:
+                    break
+        return batch
 
     def close(self) -> StreamChunk | None:
         if self.ended or self.phase is Phase.FINISHED:

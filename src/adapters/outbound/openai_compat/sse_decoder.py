@@ -7,6 +7,11 @@ line ends, legal in SSE but used by no OpenAI-compatible server, are not split o
 Per the SSE spec: `data` lines of one event are joined with LF, comments (`:`) and
 other fields (`event`, `id`, `retry`) are skipped, an event with no `data` line is
 not dispatched, and an unterminated event at EOF is discarded.
+
+`whole_events` is the shortcut for the usual read: whole events with LF line ends only
+(vLLM's, one HTTP chunk per event), cut into their blocks by one split, for a mapper that
+recognises most of them without parsing (`StreamMapper.feed_events`); `parse_event` reads any
+other block.
 """
 
 from __future__ import annotations
@@ -33,6 +38,17 @@ class SseDecoder:
     def pending(self) -> int:
         """Bytes of an event not yet terminated (what EOF would discard)."""
         return len(self._buf)
+
+    def whole_events(self, data: bytes) -> list[bytes] | None:
+        """The blocks (lines without the blank line that ends them) of a read made of whole
+        events with LF line ends only, nothing pending before it; None for any other read
+        (`feed` it). A block may be empty (an extra blank line) or hold several lines."""
+        if self._buf or data[-2:] != _END or b"\r" in data:
+            return None
+        blocks = data.split(_END)
+        if blocks.pop():  # an odd run of LFs at the end (`x\n\n\n`): not split where SSE would
+            return None
+        return blocks
 
     def feed(self, data: bytes) -> list[bytes]:
         """The `data` payloads of every event completed by `data`, in order."""
@@ -80,7 +96,7 @@ class SseDecoder:
             if not multiline and buf.startswith(_FAST_PREFIX, start, nl) and buf[nl - 1] != 13:
                 out.append(bytes(buf[start + 6 : nl]))  # the common case: one `data: ` line
             else:
-                payload = _parse_event(bytes(buf[start:nl]))
+                payload = parse_event(bytes(buf[start:nl]))
                 if payload is not None:
                     out.append(payload)
             start = nxt
@@ -95,7 +111,7 @@ class SseDecoder:
         return out
 
 
-def _parse_event(block: bytes) -> bytes | None:
+def parse_event(block: bytes) -> bytes | None:
     """The joined `data` of one event's lines (no terminator), or None if it has none."""
     data: list[bytes] | None = None
     for line in block.split(b"\n"):

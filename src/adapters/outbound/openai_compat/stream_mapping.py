@@ -21,6 +21,12 @@ it mean is proven once, by decoding them around a probe string (`_learn_shape`):
 must come out as choice 0's text and nothing else (no usage, no finish, no error). Anything
 else (a payload that differs elsewhere, a text that is not one valid JSON string) takes the
 full decode, which words any error.
+
+Reads usually hold whole events (`SseDecoder.whole_events`), under load many per read:
+`feed_events` maps every token event of the learnt shape (`data: ` and the same bytes) the same
+way without parsing the event, and puts a run of them in one chunk whose native payload is the
+run's frames as they came (`TOKEN_FRAMES_FORMAT`): an OpenAI-shaped surface relays them as one
+slice, the others read one `TextDelta` per non-empty text, as from single payloads.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import msgspec
 
 from domain.canonical import (
     ChatResponse,
+    ChunkBatch,
     Finish,
     MessageStart,
     NativePayload,
@@ -50,6 +57,7 @@ from domain.canonical import (
 )
 from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
 
+from .sse_decoder import parse_event
 from .wire import (
     CHUNK_DECODER,
     COMPLETION_DECODER,
@@ -60,6 +68,10 @@ from .wire import (
 )
 
 NATIVE_FORMAT = "openai-chat"
+# NativePayload.data: whole SSE frames (`data: ` to the blank line) of openai-chat token payloads
+TOKEN_FRAMES_FORMAT = "openai-chat-token-frames"
+_DATA = b"data: "
+_LF = b"\n"
 _DONE = b"[DONE]"
 _CONTENT_KEY = b'"content":'
 _PROBE = b'"\\u0000gateway probe"'  # a JSON string no upstream text is confused with
@@ -144,7 +156,8 @@ class Phase(enum.Enum):
 _OPEN, _FINISHED, _ENDED_DONE, _FAILED = Phase.OPEN, Phase.FINISHED, Phase.DONE, Phase.FAILED
 
 class StreamMapper:
-    __slots__ = ("_around", "_head", "_held_args", "_message_id", "_tail", "_tools", "_tries", "phase")
+    __slots__ = ("_around", "_frame_head", "_head", "_held_args", "_message_id", "_tail", "_tools", "_tries",
+                 "phase")  # fmt: skip
 
     def __init__(self) -> None:
         self.phase = Phase.IDLE
@@ -153,6 +166,7 @@ class StreamMapper:
         self._held_args: dict[int, str] = {}  # arguments seen before their call's name
         # A token payload's bytes before and after its text (see the module doc); none yet.
         self._head: bytes | None = None
+        self._frame_head: bytes | None = None  # the event's bytes before the text: `data: ` + _head
         self._tail = b""
         self._around = 0  # len(_head) + len(_tail)
         self._tries = _SHAPE_TRIES
@@ -232,6 +246,53 @@ class StreamMapper:
             self._usage(full.usage.usage(), events)
         return StreamChunk(events=events, native=native)
 
+    def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch:
+        """The chunks of a read of whole events (`blocks`, split from `data` by
+        `SseDecoder.whole_events`), up to a failure: token events of the learnt shape in runs
+        (the module doc), every other event as `feed` maps its payload."""
+        batch: ChunkBatch = []
+        head = self._frame_head if self.phase is _OPEN else None
+        tail, around = self._tail, self._around + 6  # `data: ` is in the event's head
+        run: list[StreamEvent] | None = None  # the TextDeltas of the token events since `begun`
+        begun = at = 0  # where the run and the current block begin in `data`
+        for block in blocks:
+            size = len(block)
+            if head is not None:
+                raw = block.removeprefix(head).removesuffix(tail)  # see `feed`
+                if len(raw) == size - around:
+                    try:
+                        text = STRING_DECODER.decode(raw)  # one JSON string: no LF, no CR in it
+                    except msgspec.DecodeError:
+                        pass
+                    else:
+                        if run is None:
+                            run, begun = [], at
+                        if text:
+                            run.append(TextDelta(text=text))
+                        at += size + 2
+                        continue
+            if run is not None:
+                batch.append(StreamChunk(events=run, native=NativePayload(format=TOKEN_FRAMES_FORMAT,
+                                                                          data=data[begun:at])))
+                run = None
+            at += size + 2
+            payload = block[6:] if block[:6] == _DATA and _LF not in block else parse_event(block)
+            if payload is None:
+                continue
+            chunk = self.feed(payload)
+            if chunk is not None:
+                batch.append(chunk)
+                if self.phase is _FAILED:
+                    return batch
+            if head is None and self._frame_head is not None and self.phase is _OPEN:  # just learnt
+                head, tail, around = self._frame_head, self._tail, self._around + 6
+            elif self.phase is not _OPEN:
+                head = None
+        if run is not None:
+            batch.append(StreamChunk(events=run, native=NativePayload(format=TOKEN_FRAMES_FORMAT,
+                                                                      data=data[begun:at])))
+        return batch
+
     def _learn_shape(self, payload: bytes) -> None:
         """Keep the bytes of a token payload around its text if they are proven to map any
         JSON string put between them to choice 0's text alone (see the module doc)."""
@@ -259,7 +320,10 @@ class StreamMapper:
         if (delta is None or delta.content != _PROBE_TEXT or delta.tool_calls is not None
                 or delta.reasoning is not None or delta.reasoning_content is not None):
             return
+        if _LF in head or _LF in tail or b"\r" in head or b"\r" in tail:
+            return  # a payload of several `data` lines: its event's bytes are not `data: ` + payload
         self._head, self._tail, self._around = head, tail, len(head) + len(tail)
+        self._frame_head = _DATA + head
 
     def _usage(self, usage: Usage, events: list[StreamEvent]) -> None:
         # An error stays the last event; usage still counts what was generated.

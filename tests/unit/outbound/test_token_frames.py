@@ -1,0 +1,145 @@
+"""Reads of whole events (`SseDecoder.whole_events` -> `StreamMapper.feed_events`) map exactly as
+the payload-by-payload path does, and `/v1` relays the same bytes.
+
+The reference is the general path with a mapper that never learns a token shape: every payload
+fully decoded. The fast path must give the same canonical events, end in the same phase and,
+through `/v1`'s `ChunkWriter`, send the same bytes (model renamed or not), however the stream's
+events are cut into reads and whatever the payloads hold, valid or not.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, cast
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapters.inbound.openai.stream import ChunkWriter
+from adapters.outbound.openai_compat.chunk_stream import ChunkStream
+from adapters.outbound.openai_compat.sse_decoder import SseDecoder
+from adapters.outbound.openai_compat.stream_mapping import TOKEN_FRAMES_FORMAT, Phase, StreamMapper
+from domain.canonical import StreamChunk, TextDelta
+
+_ROLE = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
+_HEAD = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":[{"index":0,"delta":{"content":'
+_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
+_FINISH = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}'
+_USAGE = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9,"total_tokens":12}}'
+
+# Texts between the learnt bytes: JSON strings (escapes, empty, non-ASCII) and things that are not one.
+_BAD_TEXTS = [b'"a" "b"', b'"unterminated', b'"raw \x01 control"', b'"bad \\x escape"', b'"\xff"', b"1", b"null",
+              b'"a"},"x":{"content":"b"', b"", b'"', b'"\\u12"', b'"new\nline"']
+_ODD_EVENTS = [
+    b": keep-alive",  # a comment
+    b"event: chunk\ndata: " + _HEAD + b'"named"' + _TAIL,  # another field before the data
+    b"data: " + _HEAD + b'"two' + b'\ndata: lines"' + _TAIL,  # one payload in two lines
+    b"data:" + _HEAD + b'"no space"' + _TAIL,
+    b"data: " + _HEAD.replace(b'"created":5', b'"created":6') + b'"moved"' + _TAIL,  # another shape
+    b"data: " + _HEAD + b'"x","reasoning":"r"' + _TAIL,
+    b"data: " + _HEAD.replace(b'"index":0', b'"index":1') + b'"other choice"' + _TAIL,
+    b"",  # an extra blank line
+]
+
+_text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=12)
+_token = st.one_of(
+    _text.map(lambda text: b"data: " + _HEAD + msgspec.json.encode(text) + _TAIL),
+    st.sampled_from(_BAD_TEXTS).map(lambda raw: b"data: " + _HEAD + raw + _TAIL),
+    st.sampled_from(_ODD_EVENTS),
+)
+
+
+def _events_of(body: list[bytes]) -> list[bytes]:
+    return [b"data: " + _ROLE, *body, b"data: " + _FINISH, b"data: " + _USAGE, b"data: [DONE]"]
+
+
+def _fast(reads: list[bytes]) -> tuple[list[StreamChunk], StreamMapper]:
+    """What `ChunkStream` makes of the reads."""
+    mapper = StreamMapper()
+    stream = ChunkStream(cast(Any, None), cast(Any, None), mapper)
+    chunks = [chunk for data in reads for chunk in stream._batch(data)]
+    return chunks, mapper
+
+
+def _reference(reads: list[bytes]) -> tuple[list[StreamChunk], StreamMapper]:
+    decoder, mapper = SseDecoder(), StreamMapper()
+    mapper._tries = 0  # never learns: every payload takes the full decode
+    chunks: list[StreamChunk] = []
+    for data in reads:
+        for payload in decoder.feed(data):
+            chunk = mapper.feed(payload)
+            if chunk is not None:
+                chunks.append(chunk)
+                if mapper.phase is Phase.FAILED:
+                    return chunks, mapper
+        if mapper.ended:
+            break
+    return chunks, mapper
+
+
+def _sent(chunks: list[StreamChunk], model: str) -> bytes:
+    writer = ChunkWriter(True, model, "r1")
+    return b"".join(writer.feed(chunk) for chunk in chunks) + writer.finish()
+
+
+def _same(reads: list[bytes]) -> list[StreamChunk]:
+    fast, fast_mapper = _fast(reads)
+    slow, slow_mapper = _reference(reads)
+    assert [event for chunk in fast for event in chunk.events] == [event for chunk in slow for event in chunk.events]
+    assert fast_mapper.phase is slow_mapper.phase
+    for model in ("up", "alias"):  # as asked; renamed for a client that used an alias
+        assert _sent(fast, model) == _sent(slow, model)
+    return fast
+
+
+@settings(max_examples=300)
+@given(st.lists(_token, max_size=30), st.data())
+def test_reads_of_whole_events_map_and_relay_as_payload_by_payload(body: list[bytes], data: st.DataObject) -> None:
+    events = _events_of(body)
+    cuts = sorted(data.draw(st.sets(st.integers(min_value=1, max_value=len(events)))) | {len(events)})
+    reads = [b"".join(event + b"\n\n" for event in events[a:b]) for a, b in itertools.pairwise([0, *cuts])]
+    _same(reads)
+
+
+@settings(max_examples=200)
+@given(st.lists(_token, max_size=20), st.data())
+def test_reads_cut_anywhere_map_and_relay_as_payload_by_payload(body: list[bytes], data: st.DataObject) -> None:
+    raw = b"".join(event + b"\n\n" for event in _events_of(body))
+    cuts = sorted(data.draw(st.sets(st.integers(min_value=1, max_value=len(raw) - 1), max_size=8)))
+    _same([raw[a:b] for a, b in itertools.pairwise([0, *cuts, len(raw)])])
+
+
+def test_a_read_of_tokens_is_one_chunk_relayed_as_the_upstream_wrote_it() -> None:
+    tokens = [b"data: " + _HEAD + msgspec.json.encode(text) + _TAIL + b"\n\n" for text in ["a", "", "b\n", "c"]]
+    first = b"data: " + _ROLE + b"\n\n" + tokens[0]  # the shape is learnt from the first token
+    chunks = _same([first, b"".join(tokens[1:]), b"data: " + _FINISH + b"\n\ndata: [DONE]\n\n"])
+    run = chunks[2]
+    assert run.native is not None and run.native.format == TOKEN_FRAMES_FORMAT
+    assert run.native.data == b"".join(tokens[1:])  # the empty text is relayed, not an event
+    assert run.events == [TextDelta(text="b\n"), TextDelta(text="c")]
+
+
+def test_a_malformed_token_in_a_run_fails_the_stream_where_it_stands() -> None:
+    token = b"data: " + _HEAD + b'"ok"' + _TAIL + b"\n\n"
+    read = token * 2 + b"data: " + _HEAD + b'"a" "b"' + _TAIL + b"\n\n" + token
+    chunks = _same([b"data: " + _ROLE + b"\n\n" + token, read])
+    assert chunks[-1].events[0].kind == "upstream-protocol-error"  # type: ignore[union-attr]
+    assert [type(event) for event in chunks[-2].events] == [TextDelta, TextDelta]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"data: a\n\ndata: b", b"data: a\r\n\r\n", b"data: a\n\n\n", b"data: a\n", b"data: a\n\r\n\n"],
+)
+def test_other_reads_take_the_general_parse(data: bytes) -> None:
+    assert SseDecoder().whole_events(data) is None
+
+
+def test_whole_events_only_with_nothing_pending() -> None:
+    decoder = SseDecoder()
+    assert decoder.whole_events(b"data: a\n\n\ndata: b\n\n") == [b"data: a", b"\ndata: b"]
+    assert decoder.whole_events(b"data: a\n\n\n\n") == [b"data: a", b""]
+    assert decoder.feed(b"data: par") == []
+    assert decoder.whole_events(b"tial\n\n") is None
