@@ -23,11 +23,12 @@ from adapters.outbound.openai_compat.sse_decoder import SseDecoder
 from adapters.outbound.openai_compat.stream_mapping import TOKEN_FRAMES_FORMAT, Phase, StreamMapper
 from domain.canonical import StreamChunk, TextDelta
 
-_ROLE = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
-_HEAD = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":[{"index":0,"delta":{"content":'
+_ID = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":'
+_ROLE = _ID + b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
+_HEAD = _ID + b'[{"index":0,"delta":{"content":'
 _TAIL = b'},"logprobs":null,"finish_reason":null}]}'
-_FINISH = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}'
-_USAGE = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9,"total_tokens":12}}'
+_FINISH = _ID + b'[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}'
+_USAGE = _ID + b'[],"usage":{"prompt_tokens":3,"completion_tokens":9,"total_tokens":12}}'
 
 # Texts between the learnt bytes: JSON strings (escapes, empty, non-ASCII) and things that are not one.
 _BAD_TEXTS = [b'"a" "b"', b'"unterminated', b'"raw \x01 control"', b'"bad \\x escape"', b'"\xff"', b"1", b"null",
@@ -143,3 +144,25 @@ def test_whole_events_only_with_nothing_pending() -> None:
     assert decoder.whole_events(b"data: a\n\n\n\n") == [b"data: a", b""]
     assert decoder.feed(b"data: par") == []
     assert decoder.whole_events(b"tial\n\n") is None
+
+
+def test_a_text_completion_stream_maps_the_same_from_whole_events() -> None:
+    """`/v1/completions` streams (`TextStreamMapper`) take the same reads the same way."""
+    from adapters.outbound.openai_compat.completion_mapping import TextStreamMapper
+
+    def frame(choice: bytes, usage: bytes = b"") -> bytes:
+        return b'data: {"id":"t1","object":"text_completion","created":5,"model":"up","choices":[' + choice + b"]" \
+            + usage + b"}\n\n"
+
+    raw = (frame(b'{"index":0,"text":"a","finish_reason":null}') + b": note\n\n"
+           + frame(b'{"index":0,"text":"b","finish_reason":null}')
+           + b"event: x\n" + frame(b'{"index":0,"text":"c"}')
+           + frame(b'{"index":0,"text":"","finish_reason":"stop"}')
+           + frame(b"", b',"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}') + b"data: [DONE]\n\n")
+    for reads in ([raw], [raw[:150], raw[150:]], [bytes([b]) for b in raw]):
+        fast = ChunkStream(cast(Any, None), cast(Any, None), TextStreamMapper())
+        got = [event for data in reads for chunk in fast._batch(data) for event in chunk.events]
+        decoder, mapper = SseDecoder(), TextStreamMapper()
+        want = [event for data in reads for payload in decoder.feed(data)
+                for chunk in [mapper.feed(payload)] if chunk is not None for event in chunk.events]
+        assert got == want and len(want) == 6  # start, a, b, c, finish, usage

@@ -24,7 +24,7 @@ from domain.canonical import (
 from domain.completions import Completion, Embeddings
 from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
 
-from .sse_decoder import parse_event
+from .sse_decoder import payload_of
 from .stream_mapping import Phase, error_event, map_finish
 from .wire import EMBEDDINGS_DECODER, TEXT_DECODER, ErrorFields, UsageView
 
@@ -123,7 +123,7 @@ class TextStreamMapper:
         """Each whole event's payload as `feed` maps it, up to a failure."""
         batch: ChunkBatch = []
         for block in blocks:
-            payload = parse_event(block)
+            payload = payload_of(block)
             chunk = self.feed(payload) if payload is not None else None
             if chunk is not None:
                 batch.append(chunk)

@@ -10,7 +10,7 @@ not dispatched, and an unterminated event at EOF is discarded.
 
 `whole_events` is the shortcut for the usual read: whole events with LF line ends only
 (vLLM's, one HTTP chunk per event), cut into their blocks by one split, for a mapper that
-recognises most of them without parsing (`StreamMapper.feed_events`); `parse_event` reads any
+recognises most of them without parsing (`StreamMapper.feed_events`); `payload_of` reads any
 other block.
 """
 
@@ -109,6 +109,13 @@ class SseDecoder:
         self._scan = nl - start if nl >= 0 else len(buf)
         self._multiline = multiline
         return out
+
+
+def payload_of(block: bytes) -> bytes | None:
+    """`parse_event`, with the usual block (one `data: ` line) taken by a slice."""
+    if block[:6] == _FAST_PREFIX and _LF not in block:
+        return block[6:]
+    return parse_event(block)
 
 
 def parse_event(block: bytes) -> bytes | None:

@@ -57,7 +57,7 @@ from domain.canonical import (
 )
 from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
 
-from .sse_decoder import parse_event
+from .sse_decoder import payload_of
 from .wire import (
     CHUNK_DECODER,
     COMPLETION_DECODER,
@@ -276,7 +276,7 @@ class StreamMapper:
                                                                           data=data[begun:at])))
                 run = None
             at += size + 2
-            payload = block[6:] if block[:6] == _DATA and _LF not in block else parse_event(block)
+            payload = payload_of(block)
             if payload is None:
                 continue
             chunk = self.feed(payload)
