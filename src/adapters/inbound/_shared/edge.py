@@ -55,7 +55,12 @@ BODY_RECEIVED = "gateway.body_received"  # in a scope's state: the server has th
 # The watcher task starts only once a request has run this long: a task, a wake-up and a
 # cancellation per request cost more than a fast answer; a hang-up is noticed this late.
 _WATCH_AFTER = 0.005
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # nginx/ingress: do not buffer
+# The content type Litestar would set for `media_type=text/event-stream` given first: it fills it
+# in with `setdefault` on its header list, which decodes and lowercases every header already
+# there twice and raises a KeyError when it is absent (see `json_answer`). No buffering by
+# nginx or an ingress.
+_SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache",
+                "x-accel-buffering": "no"}
 CLIENT_STALLED = "client_stalled"  # the record's error_kind of a client dropped for not reading
 
 
