@@ -293,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=1000, help="requests before measuring")
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--tokens", type=int, default=0,
-                   help="the stub's answer length (default: 20, paced 50); two lengths split per-request from per-token cost")
+                   help="the stub's answer length (default: 20, paced 50); two lengths split per-request "
+                        "from per-token cost")
     p.add_argument("--streams", type=int, default=200, help="paced: concurrent streams")
     p.add_argument("--rounds", type=int, default=3, help="paced: answers per stream per measured run")
     p.add_argument("--repeat", type=int, default=3, help="measured runs (callgrind: one)")

@@ -3,9 +3,9 @@
 When the upstream already speaks this dialect (native format `openai-chat`, or a run of
 token frames, `openai-chat-token-frames`), its frames are relayed byte for byte: nothing
 is re-encoded and fields the canonical model does not name (logprobs, n > 1 choices)
-survive. Otherwise the canonical events are encoded. Either way this writer decides what the client may see (the
-usage-only chunk only if it asked for usage), ends every stream with `[DONE]`, and
-remembers usage and finish reason for the request record.
+survive. Otherwise the canonical events are encoded. Either way this writer decides what
+the client may see (the usage-only chunk only if it asked for usage), ends every stream
+with `[DONE]`, and remembers usage and finish reason for the request record.
 """
 
 from __future__ import annotations
