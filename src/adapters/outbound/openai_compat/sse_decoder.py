@@ -52,26 +52,7 @@ class SseDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The `data` payloads of every event completed by `data`, in order."""
-        if not self._buf:
-            # The usual reads: whole events of one `data: ` line each (what vLLM writes): one
-            # event, or several taken by one split on the blank lines. Anything else (a
-            # comment, another field, CRLF, an event of several lines, extra blank lines, an
-            # event not yet ended) goes the general way below. Prefixes are compared on a slice:
-            # `startswith` parses its arguments the slow (varargs) way.
-            end = data.find(_LF)
-            if end == len(data) - 2:
-                if data[-1] == 10 and data[end - 1] != 13 and data[:6] == _FAST_PREFIX:
-                    return [data[6:end]]
-            elif end > 0 and data.endswith(_END):
-                events = data.split(_END)
-                if not events.pop():
-                    payloads = []
-                    for event in events:
-                        if event[:6] != _FAST_PREFIX or _LF in event or event[-1] == 13:
-                            break
-                        payloads.append(event[6:])
-                    else:
-                        return payloads
+        # `ChunkStream` gives the usual read (whole events, LF only, nothing pending) to `whole_events`.
         buf = self._buf
         buf += data
         size = len(buf)

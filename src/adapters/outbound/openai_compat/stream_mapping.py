@@ -272,8 +272,7 @@ class StreamMapper:
                         at += size + 2
                         continue
             if run is not None:
-                batch.append(StreamChunk(events=run, native=NativePayload(format=TOKEN_FRAMES_FORMAT,
-                                                                          data=data[begun:at])))
+                batch.append(_run_chunk(run, data[begun:at]))
                 run = None
             at += size + 2
             payload = payload_of(block)
@@ -284,13 +283,11 @@ class StreamMapper:
                 batch.append(chunk)
                 if self.phase is _FAILED:
                     return batch
-            if head is None and self._frame_head is not None and self.phase is _OPEN:  # just learnt
-                head, tail, around = self._frame_head, self._tail, self._around + 6
-            elif self.phase is not _OPEN:
-                head = None
+            # `feed` may have learnt the shape or ended the answer
+            head = self._frame_head if self.phase is _OPEN else None
+            tail, around = self._tail, self._around + 6
         if run is not None:
-            batch.append(StreamChunk(events=run, native=NativePayload(format=TOKEN_FRAMES_FORMAT,
-                                                                      data=data[begun:at])))
+            batch.append(_run_chunk(run, data[begun:at]))
         return batch
 
     def _learn_shape(self, payload: bytes) -> None:
@@ -381,6 +378,11 @@ class StreamMapper:
                 events.append(ToolArgsDelta(index=index, json_fragment=held))
         if args:
             events.append(ToolArgsDelta(index=index, json_fragment=args))
+
+
+def _run_chunk(texts: list[StreamEvent], frames: bytes) -> StreamChunk:
+    """A run of token events: their `TextDelta`s, their frames as they came."""
+    return StreamChunk(events=texts, native=NativePayload(format=TOKEN_FRAMES_FORMAT, data=frames))
 
 
 def _string_end(data: bytes, start: int) -> int:
