@@ -95,7 +95,7 @@ class ConsumerUsage:
         self.day, self.used = day, used
 
     def advance(self, limits: ConsumerLimits, now_ms: int) -> None:
-        # `_refill` and `_limit` written out: this runs two or three times per limited request.
+        # the refill and `_limit` written out: this runs two or three times per limited request.
         stamp = self.stamp
         elapsed = now_ms - stamp if now_ms > stamp else 0
         rpm = limits.requests_per_minute
@@ -152,53 +152,75 @@ class ConsumerUsage:
 
     def take_request(self, limits: ConsumerLimits, now: float) -> RateSnapshot:
         """Charge one request, or raise `RateLimited`; the snapshot after it."""
-        now_ms = to_ms(now)
+        now_ms = round(now * 1000)  # `to_ms`, written out (every limited request)
         self.advance(limits, now_ms)
-        refused = self.request_refusal(limits, now_ms)
-        if refused is not None:
-            raise RateLimited(refused.limit, refused.retry_after, self.snapshot(limits, now_ms))
-        if self.requests is not None and limits.requests_per_minute is not None:
-            self.requests -= SCALE
+        level = self.requests  # not None after `advance` iff there is a request limit
+        if level is not None:
+            if level < SCALE:
+                refused = self.request_refusal(limits, now_ms)
+                assert refused is not None
+                raise RateLimited(refused.limit, refused.retry_after, self.snapshot(limits, now_ms))
+            self.requests = level - SCALE
         return self.snapshot(limits, now_ms)
 
     def reserve_tokens(self, limits: ConsumerLimits, tokens: int, now: float) -> Receipt:
         """Reserve a request's `tokens` estimate in every token limit, or raise `RateLimited`."""
-        now_ms, tokens = to_ms(now), max(0, tokens)
+        now_ms, tokens = round(now * 1000), tokens if tokens > 0 else 0
         self.advance(limits, now_ms)
         refused = self.token_refusal(limits, tokens, now_ms)
         if refused is not None:
             raise RateLimited(refused.limit, refused.retry_after, self.snapshot(limits, now_ms))
-        if self.tokens is not None and limits.tokens_per_minute is not None:
-            self.tokens -= tokens * SCALE
+        level = self.tokens  # not None after `advance` iff there is a per-minute token limit
+        if level is not None:
+            self.tokens = level - tokens * SCALE
+        day = -1
         if limits.tokens_per_day is not None:
             self.used += tokens
-        return self.receipt(limits, tokens, now_ms)
+            day = self.day
+        return Receipt(tokens=tokens, bucket=level is not None, day=day, snapshot=self.snapshot(limits, now_ms))
 
     def settle(self, limits: ConsumerLimits, receipt: Receipt, actual: int, now: float) -> None:
         """Replace the reservation by `actual` tokens: refund or extra charge."""
-        now_ms = to_ms(now)
+        now_ms = round(now * 1000)  # `to_ms`
         self.advance(limits, now_ms)
-        diff = max(0, actual) - receipt.tokens
-        tpm = limits.tokens_per_minute
-        if receipt.bucket and tpm is not None and self.tokens is not None:
-            tpm = tpm if tpm > 1 else 1
-            self.tokens = min(tpm * SCALE, self.tokens - diff * SCALE)
+        diff = (actual if actual > 0 else 0) - receipt.tokens
+        level = self.tokens  # not None after `advance` iff there is a per-minute token limit
+        if receipt.bucket and level is not None:
+            tpm = limits.tokens_per_minute
+            full = (tpm if tpm is not None and tpm > 1 else 1) * SCALE
+            level -= diff * SCALE
+            self.tokens = level if level < full else full
         if limits.tokens_per_day is not None and receipt.day == self.day:
             self.used = max(0, self.used + diff)
 
     def snapshot(self, limits: ConsumerLimits, now_ms: int) -> RateSnapshot:
         """The request limit and the token limit that apply (per minute, else per day)."""
-        rpm, tpm, tpd = limits.requests_per_minute, limits.tokens_per_minute, limits.tokens_per_day
+        rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
         requests = tokens = None
+        # `_bucket_state` written out for both buckets: this runs twice per limited request.
         if rpm is not None:
-            requests = _bucket_state(_REQUESTS, rpm if rpm > 1 else 1, self.requests)
+            rpm = rpm if rpm > 1 else 1
+            level, full = self.requests, rpm * SCALE
+            if level is None or level >= full:
+                requests = RateState(kind=_REQUESTS, limit=rpm, remaining=rpm, reset_seconds=0.0)
+            else:
+                requests = RateState(kind=_REQUESTS, limit=rpm, remaining=level // SCALE if level > 0 else 0,
+                                     reset_seconds=-((level - full) // rpm) / 1000)
         if tpm is not None:
-            tokens = _bucket_state(_TOKENS, tpm if tpm > 1 else 1, self.tokens)
-        elif tpd is not None:
-            tpd = tpd if tpd > 1 else 1
-            used = self.used if self.day == now_ms // DAY_MS else 0
-            tokens = RateState(kind=_DAY, limit=tpd, remaining=max(0, tpd - used),
-                               reset_seconds=(DAY_MS - now_ms % DAY_MS) / 1000)
+            tpm = tpm if tpm > 1 else 1
+            level, full = self.tokens, tpm * SCALE
+            if level is None or level >= full:
+                tokens = RateState(kind=_TOKENS, limit=tpm, remaining=tpm, reset_seconds=0.0)
+            else:
+                tokens = RateState(kind=_TOKENS, limit=tpm, remaining=level // SCALE if level > 0 else 0,
+                                   reset_seconds=-((level - full) // tpm) / 1000)
+        else:
+            tpd = limits.tokens_per_day
+            if tpd is not None:
+                tpd = tpd if tpd > 1 else 1
+                used = self.used if self.day == now_ms // DAY_MS else 0
+                tokens = RateState(kind=_DAY, limit=tpd, remaining=max(0, tpd - used),
+                                   reset_seconds=(DAY_MS - now_ms % DAY_MS) / 1000)
         return RateSnapshot(requests=requests, tokens=tokens)
 
     def idle_ms(self, limits: ConsumerLimits, now_ms: int) -> int:
@@ -213,17 +235,3 @@ class ConsumerUsage:
             idle = max(idle, DAY_MS - now_ms % DAY_MS)
         return idle
 
-
-def _refill(level: int | None, limit: int | None, elapsed: int) -> int | None:
-    if limit is None:
-        return None
-    full = limit * SCALE
-    return full if level is None else min(full, level + elapsed * limit)
-
-
-def _bucket_state(kind: LimitKind, limit: int, level: int | None) -> RateState:
-    if level is None:  # full
-        return RateState(kind=kind, limit=limit, remaining=limit, reset_seconds=0.0)
-    full = limit * SCALE
-    return RateState(kind=kind, limit=limit, remaining=level // SCALE if level > 0 else 0,
-                     reset_seconds=0.0 if level >= full else -((level - full) // limit) / 1000)

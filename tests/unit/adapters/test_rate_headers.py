@@ -9,7 +9,9 @@ from litestar import Response
 
 from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound.anthropic import errors as anthropic_errors
+from adapters.inbound.anthropic.rate_headers import rate_limit_header_map as anthropic_header_map
 from adapters.inbound.anthropic.rate_headers import rate_limit_headers as anthropic_headers
+from adapters.inbound.anthropic.rate_headers import rfc3339
 from adapters.inbound.openai import errors as openai_errors
 from adapters.inbound.openai.rate_headers import duration
 from adapters.inbound.openai.rate_headers import rate_limit_header_map as openai_header_map
@@ -24,7 +26,8 @@ SNAPSHOT = RateSnapshot(
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(0.02, "20ms"), (6, "6s"), (6.4, "6s"), (90, "1m30s"),
-                                               (7200, "2h0m0s"), (0, "0ms")])
+                                               (7200, "2h0m0s"), (0, "0ms"), (-0.5, "0ms"),
+                                               (0.0004, "0ms"), (0.9994, "999ms")])
 def test_openai_durations(seconds: float, text: str) -> None:
     assert duration(seconds) == text
 
@@ -54,6 +57,22 @@ def test_anthropic_headers_reset_at_an_rfc3339_time() -> None:
     reset = time.mktime(time.strptime(headers[b"anthropic-ratelimit-tokens-reset"].decode(),
                                       "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
     assert before + 14 <= reset <= time.time() + 15
+
+
+@pytest.mark.parametrize("snapshot", [SNAPSHOT, RateSnapshot(), RateSnapshot(requests=SNAPSHOT.requests),
+                                      RateSnapshot(tokens=SNAPSHOT.tokens)])
+def test_anthropic_header_map_is_the_headers_as_text(snapshot: RateSnapshot) -> None:
+    wire = [(name.decode(), value.decode()) for name, value in anthropic_headers(snapshot)]
+    text = list(anthropic_header_map(snapshot).items())
+    if text != wire:  # a second boundary between the two calls: once more
+        wire = [(name.decode(), value.decode()) for name, value in anthropic_headers(snapshot)]
+    assert text == wire
+
+
+@pytest.mark.parametrize("epoch", [0, 1.5, 86399.999, 1_764_806_400.25, 4_102_444_799.9])
+def test_rfc3339_is_the_whole_utc_second(epoch: float) -> None:
+    expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    assert rfc3339(epoch) == expected and rfc3339(epoch) == expected  # remembered, the same
 
 
 def test_429_in_each_surface_shape_with_retry_after_and_the_headers() -> None:

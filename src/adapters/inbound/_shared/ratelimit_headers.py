@@ -12,8 +12,8 @@ Headers = list[tuple[bytes, bytes]]
 
 
 def duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{max(0, round(seconds * 1000))}ms"
+    if seconds < 1:  # the usual case: a bucket short of a few tokens
+        return f"{round(seconds * 1000)}ms" if seconds > 0 else "0ms"
     whole = round(seconds)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
@@ -43,15 +43,23 @@ def rate_limit_headers(snapshot: RateSnapshot | None) -> Headers:
 def rate_limit_header_map(snapshot: RateSnapshot) -> dict[str, str]:
     """The same headers for a Litestar `Response` (a successful answer), built as text
     directly: this runs for every answer of a limited consumer."""
+    requests, tokens = snapshot.requests, snapshot.tokens
+    if requests is not None and tokens is not None:  # the usual consumer: one dict display
+        return {
+            "x-ratelimit-limit-requests": str(requests.limit),
+            "x-ratelimit-remaining-requests": str(requests.remaining),
+            "x-ratelimit-reset-requests": duration(requests.reset_seconds),
+            "x-ratelimit-limit-tokens": str(tokens.limit),
+            "x-ratelimit-remaining-tokens": str(tokens.remaining),
+            "x-ratelimit-reset-tokens": duration(tokens.reset_seconds),
+        }
     out: dict[str, str] = {}
-    state = snapshot.requests
-    if state is not None:
-        out["x-ratelimit-limit-requests"] = str(state.limit)
-        out["x-ratelimit-remaining-requests"] = str(state.remaining)
-        out["x-ratelimit-reset-requests"] = duration(state.reset_seconds)
-    state = snapshot.tokens
-    if state is not None:
-        out["x-ratelimit-limit-tokens"] = str(state.limit)
-        out["x-ratelimit-remaining-tokens"] = str(state.remaining)
-        out["x-ratelimit-reset-tokens"] = duration(state.reset_seconds)
+    if requests is not None:
+        out["x-ratelimit-limit-requests"] = str(requests.limit)
+        out["x-ratelimit-remaining-requests"] = str(requests.remaining)
+        out["x-ratelimit-reset-requests"] = duration(requests.reset_seconds)
+    if tokens is not None:
+        out["x-ratelimit-limit-tokens"] = str(tokens.limit)
+        out["x-ratelimit-remaining-tokens"] = str(tokens.remaining)
+        out["x-ratelimit-reset-tokens"] = duration(tokens.reset_seconds)
     return out

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 from domain.consumers import RateSnapshot, RateState
@@ -13,7 +14,13 @@ Headers = list[tuple[bytes, bytes]]
 
 
 def rfc3339(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    return _rfc3339_second(int(epoch))
+
+
+@functools.lru_cache(maxsize=16)
+def _rfc3339_second(second: int) -> str:
+    # Every answer of a limited consumer names two reset times, mostly the same few seconds.
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 def _limit(state: RateState | None, kind: bytes, now: float, out: Headers) -> None:
@@ -35,5 +42,18 @@ def rate_limit_headers(snapshot: RateSnapshot | None) -> Headers:
 
 
 def rate_limit_header_map(snapshot: RateSnapshot) -> dict[str, str]:
-    """The same headers for a Litestar `Response` (a successful answer)."""
-    return {name.decode(): value.decode() for name, value in rate_limit_headers(snapshot)}
+    """The same headers for a Litestar `Response` (a successful answer), built as text
+    directly: this runs for every answer of a limited consumer."""
+    out: dict[str, str] = {}
+    now = time.time()
+    state = snapshot.requests
+    if state is not None:
+        out["anthropic-ratelimit-requests-limit"] = str(state.limit)
+        out["anthropic-ratelimit-requests-remaining"] = str(state.remaining)
+        out["anthropic-ratelimit-requests-reset"] = rfc3339(now + state.reset_seconds)
+    state = snapshot.tokens
+    if state is not None:
+        out["anthropic-ratelimit-tokens-limit"] = str(state.limit)
+        out["anthropic-ratelimit-tokens-remaining"] = str(state.remaining)
+        out["anthropic-ratelimit-tokens-reset"] = rfc3339(now + state.reset_seconds)
+    return out
