@@ -197,7 +197,7 @@ class ConsumerUsage:
         """The request limit and the token limit that apply (per minute, else per day)."""
         rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
         requests = tokens = None
-        # `_bucket_state` written out for both buckets: this runs twice per limited request.
+        # Both bucket states written out (no helper call each): this runs twice per limited request.
         if rpm is not None:
             rpm = rpm if rpm > 1 else 1
             level, full = self.requests, rpm * SCALE
