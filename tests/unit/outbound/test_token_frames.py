@@ -21,7 +21,7 @@ from adapters.inbound.openai.stream import ChunkWriter
 from adapters.outbound.openai_compat.chunk_stream import ChunkStream
 from adapters.outbound.openai_compat.sse_decoder import SseDecoder
 from adapters.outbound.openai_compat.stream_mapping import TOKEN_FRAMES_FORMAT, Phase, StreamMapper
-from domain.canonical import StreamChunk, TextDelta
+from domain.canonical import NativePayload, StreamChunk, TextDelta
 
 _ID = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":'
 _ROLE = _ID + b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
@@ -166,3 +166,35 @@ def test_a_text_completion_stream_maps_the_same_from_whole_events() -> None:
         want = [event for data in reads for payload in decoder.feed(data)
                 for chunk in [mapper.feed(payload)] if chunk is not None for event in chunk.events]
         assert got == want and len(want) == 6  # start, a, b, c, finish, usage
+
+
+@settings(max_examples=200)
+@given(st.lists(_token, max_size=30))
+def test_paced_reads_of_one_event_each_map_and_relay_as_payload_by_payload(body: list[bytes]) -> None:
+    """A GPU's pace: every token in a read of its own (`StreamMapper.token_read`)."""
+    _same([event + b"\n\n" for event in _events_of(body)])
+
+
+def test_a_one_token_read_is_mapped_without_a_split() -> None:
+    mapper = StreamMapper()
+    stream = ChunkStream(cast(Any, None), cast(Any, None), mapper)
+    token = b"data: " + _HEAD + b'"a\\nb"' + _TAIL + b"\n\n"
+    empty = b"data: " + _HEAD + b'""' + _TAIL + b"\n\n"
+    assert mapper.token_read(token) is None  # nothing learnt yet
+    stream._batch(b"data: " + _ROLE + b"\n\n" + token)  # learns the shape
+    assert mapper.token_read(token) == [
+        StreamChunk(events=[TextDelta(text="a\nb")], native=NativePayload(format=TOKEN_FRAMES_FORMAT, data=token))]
+    assert mapper.token_read(empty) == [StreamChunk(events=[], native=NativePayload(format=TOKEN_FRAMES_FORMAT,
+                                                                                   data=empty))]
+    for other in (token * 2, token[:-1], token + b"\n", b"data: " + _HEAD + b'"a" "b"' + _TAIL + b"\n\n",
+                  b"data: " + _HEAD + b'"a\nb"' + _TAIL + b"\n\n", b"data: " + _FINISH + b"\n\n"):
+        assert mapper.token_read(other) is None
+    stream._batch(b"data: " + _FINISH + b"\n\n")
+    assert mapper.token_read(token) is None  # finished: a token now is the full decode's to judge
+
+
+def test_a_token_shaped_read_after_a_partial_event_continues_that_event() -> None:
+    """What is pending decides: `data: 1` + a token event is one malformed payload, not a token."""
+    token = b"data: " + _HEAD + b'"ok"' + _TAIL + b"\n\n"
+    chunks = _same([b"data: " + _ROLE + b"\n\n" + token, b"data: 1", token])
+    assert chunks[-1].events[0].kind == "upstream-protocol-error"  # type: ignore[union-attr]

@@ -47,7 +47,8 @@ class Reader(Protocol):
 
 class Mapper(Protocol):
     """Payloads -> canonical chunks: `StreamMapper` (chat) or `TextStreamMapper` (completions);
-    `feed_events` maps a read's whole events, up to a failure (`SseDecoder.whole_events`)."""
+    `feed_events` maps a read's whole events, up to a failure (`SseDecoder.whole_events`);
+    `token_read` a read of one token event, or None to leave the read to them."""
 
     phase: Phase
 
@@ -55,6 +56,8 @@ class Mapper(Protocol):
     def ended(self) -> bool: ...
 
     def feed(self, payload: bytes) -> StreamChunk | None: ...
+
+    def token_read(self, data: bytes) -> ChunkBatch | None: ...
 
     def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch: ...
 
@@ -118,6 +121,10 @@ class ChunkStream:
         mapper has ended (`[DONE]` or a failure), so has the stream."""
         mapper = self._mapper
         decoder = self._decoder
+        if not decoder.pending:  # a paced stream's read: one token (`StreamMapper.token_read`)
+            token = mapper.token_read(data)
+            if token is not None:
+                return token
         blocks = decoder.whole_events(data)
         if blocks is not None:  # the usual read (`SseDecoder.whole_events`)
             chunks = mapper.feed_events(blocks, data)

@@ -119,6 +119,10 @@ class TextStreamMapper:
             events.insert(at, UsageReport(usage=_usage(view.usage)))
         return StreamChunk(events=events, native=native)
 
+    def token_read(self, data: bytes) -> ChunkBatch | None:
+        """No shortcut for a completion's one-token read: `feed_events` maps every read."""
+        return None
+
     def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch:
         """Each whole event's payload as `feed` maps it, up to a failure."""
         batch: ChunkBatch = []

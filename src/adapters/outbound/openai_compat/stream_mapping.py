@@ -26,7 +26,8 @@ Reads usually hold whole events (`SseDecoder.whole_events`), under load many per
 `feed_events` maps every token event of the learnt shape (`data: ` and the same bytes) the same
 way without parsing the event, and puts a run of them in one chunk whose native payload is the
 run's frames as they came (`TOKEN_FRAMES_FORMAT`): an OpenAI-shaped surface relays them as one
-slice, the others read one `TextDelta` per non-empty text, as from single payloads.
+slice, the others read one `TextDelta` per non-empty text, as from single payloads. At a GPU's
+pace a read holds one token event: `token_read` maps it the same way without splitting the read.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ NATIVE_FORMAT = "openai-chat"
 TOKEN_FRAMES_FORMAT = "openai-chat-token-frames"
 _DATA = b"data: "
 _LF = b"\n"
+_END = b"\n\n"  # an SSE event's end
 _DONE = b"[DONE]"
 _CONTENT_KEY = b'"content":'
 _PROBE = b'"\\u0000gateway probe"'  # a JSON string no upstream text is confused with
@@ -156,8 +158,8 @@ class Phase(enum.Enum):
 _OPEN, _FINISHED, _ENDED_DONE, _FAILED = Phase.OPEN, Phase.FINISHED, Phase.DONE, Phase.FAILED
 
 class StreamMapper:
-    __slots__ = ("_around", "_frame_head", "_head", "_held_args", "_message_id", "_tail", "_tools", "_tries",
-                 "phase")  # fmt: skip
+    __slots__ = ("_around", "_frame_head", "_head", "_held_args", "_message_id", "_read_around", "_read_tail",
+                 "_tail", "_tools", "_tries", "phase")  # fmt: skip
 
     def __init__(self) -> None:
         self.phase = Phase.IDLE
@@ -169,6 +171,8 @@ class StreamMapper:
         self._frame_head: bytes | None = None  # the event's bytes before the text: `data: ` + _head
         self._tail = b""
         self._around = 0  # len(_head) + len(_tail)
+        self._read_tail = b""  # a one-token read's bytes after the text: _tail + the blank line
+        self._read_around = 0  # len(_frame_head) + len(_read_tail)
         self._tries = _SHAPE_TRIES
 
     @property
@@ -246,6 +250,26 @@ class StreamMapper:
             self._usage(full.usage.usage(), events)
         return StreamChunk(events=events, native=native)
 
+    def token_read(self, data: bytes) -> ChunkBatch | None:
+        """A read that is one token event of the learnt shape, mapped as `feed_events` maps it
+        (one run of one frame), without splitting the read; None for any other read. Paced
+        streams read one token at a time. Only for a read with nothing pending before it: its
+        text is one JSON string (no LF, no CR in it) between bytes with none, so the read holds
+        exactly one whole event."""
+        if self.phase is not _OPEN:
+            return None
+        head = self._frame_head
+        if head is None:
+            return None
+        raw = data.removeprefix(head).removesuffix(self._read_tail)  # see `feed`
+        if len(raw) != len(data) - self._read_around or 10 in raw:  # an LF: several events, no decode
+            return None  # (`10 in` is a memchr; `b"\n" in` costs eight times as much)
+        try:
+            text = STRING_DECODER.decode(raw)
+        except msgspec.DecodeError:
+            return None
+        return [_run_chunk([TextDelta(text=text)] if text else [], data)]
+
     def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch:
         """The chunks of a read of whole events (`blocks`, split from `data` by
         `SseDecoder.whole_events`), up to a failure: token events of the learnt shape in runs
@@ -321,6 +345,8 @@ class StreamMapper:
             return  # a payload of several `data` lines: its event's bytes are not `data: ` + payload
         self._head, self._tail, self._around = head, tail, len(head) + len(tail)
         self._frame_head = _DATA + head
+        self._read_tail = tail + _END
+        self._read_around = len(self._frame_head) + len(self._read_tail)
 
     def _usage(self, usage: Usage, events: list[StreamEvent]) -> None:
         # An error stays the last event; usage still counts what was generated.
