@@ -64,7 +64,8 @@ class BodyReader:
         heartbeat = self._heartbeat
         if heartbeat is not None:
             self._beat_at = now + heartbeat
-            self._task = asyncio.current_task()
+            # The loop passed: without it CPython 3.11 finds the running loop with a getpid() system call.
+            self._task = asyncio.current_task(self._loop)
         if self._handle is None:
             due = self._since + self._idle
             self._handle = self._loop.call_at(due if heartbeat is None else min(due, self._beat_at), self._check)
