@@ -68,7 +68,8 @@ OPENAI_CODES = {"context-length-exceeded": "context_length_exceeded"}
 
 
 # What a client must never see: the stub's address, the proxy page's, its server, aiohttp's words.
-INTERNAL = ("127.0.0.1", "10.42.7.13", "8012", "nginx", "<html", "svc.cluster", "Error(", "errno",
+# The proxy page's port with its colon: a bare "8012" turns up in random request ids now and then.
+INTERNAL = ("127.0.0.1", "10.42.7.13", ":8012", "nginx", "<html", "svc.cluster", "Error(", "errno",
             "ContentLength", "payload", "Connection reset")
 
 
