@@ -29,6 +29,7 @@ from litestar.config.cors import CORSConfig
 
 import serving
 from adapters.inbound import anthropic, openai, responses
+from adapters.inbound._shared.arrivals import ArrivalPacer
 from adapters.inbound._shared.dialect import DialectRouter, EdgeContext
 from adapters.inbound._shared.edge import EdgeMiddleware
 from adapters.inbound._shared.http_guard import guarded_protocol
@@ -452,7 +453,13 @@ def _litestar_app(
     app = Litestar(route_handlers=handlers, lifespan=[_lifespan(container)], cors_config=cors,
                    openapi_config=openapi_config(version("gateway")), logging_config=None)
     app.state.container = container
-    return EdgeMiddleware(app)
+    return EdgeMiddleware(app, container.arrivals())
+
+
+def _arrivals(config: Config) -> ArrivalPacer | None:
+    """The process's pacer of new requests (`arrivals.ArrivalPacer`), unless turned off (0)."""
+    per_turn = config.server.starts_per_loop_turn
+    return ArrivalPacer(per_turn) if per_turn else None
 
 
 class Container(containers.DeclarativeContainer):
@@ -464,6 +471,7 @@ class Container(containers.DeclarativeContainer):
     clock = providers.Singleton(SystemClock)
     lifecycle = providers.Singleton(serving.Lifecycle)
     router = providers.Singleton(lambda c: _router(c), config)
+    arrivals = providers.Singleton(lambda c: _arrivals(c), config)
     gate = providers.Singleton(lambda c, clock: _gate(c, clock), config, clock)
     credentials = providers.Singleton(lambda c: _credentials(c), config)
     tracing = providers.Resource(_telemetry, config)

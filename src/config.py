@@ -70,6 +70,9 @@ class ServerConfig(Section):
     # cannot complete this long drops the client like a hang-up; idle time between requests.
     client_write_timeout_seconds: PositiveFloat = 30.0
     keep_alive_timeout_seconds: PositiveInt = 75
+    # New requests started per turn of the event loop; a burst's others wait for the next
+    # turns, in order, so the streams in flight keep their pace (adapters/inbound/_shared/arrivals.py).
+    starts_per_loop_turn: NonNegativeInt = 8
 
 
 class AdmissionTable(Section):

@@ -24,6 +24,9 @@ the request has run 5 ms. A client that stops reading
 is dropped below the app (`http_guard`, `client_write_timeout_seconds`), which the app
 sees as a hang-up; `note_stalled` marks the request so its record says `client_stalled`.
 
+A burst of new requests starts a few per turn of the event loop (`arrivals.ArrivalPacer`,
+the first thing the middleware does), so the streams in flight keep getting their tokens.
+
 At its end a request leaves no reference cycle: the middleware takes the `Call` out of
 the scope's state and the `Call` drops the server's `receive`, the task and the body, so
 the request's objects are freed at once (the ceiling's stack leaves none either).
@@ -42,6 +45,7 @@ from litestar.exceptions import InternalServerException
 from litestar.response import Stream
 
 from adapters.deadline import Deadline
+from adapters.inbound._shared.arrivals import ArrivalPacer
 from adapters.inbound._shared.limits import MAX_MODEL_CHARS
 from application.consumer_limits import Door
 from domain.consumers import ANONYMOUS_IDENTITY, Identity, RateSnapshot
@@ -220,19 +224,30 @@ def note_stalled(scope: Any) -> str | None:
 
 
 class EdgeMiddleware:
-    """Around the Litestar app, per request: its `Call`, `x-request-id` on the response, and
-    the begun record to its observer at the end (module doc). `app` is the Litestar app."""
+    """Around the Litestar app, per request: its turn to start (`arrivals`), its `Call`,
+    `x-request-id` on the response, and the begun record to its observer at the end (module
+    doc). `app` is the Litestar app; `pacer`, when given, spreads a burst of new requests
+    over the event loop's turns."""
 
-    __slots__ = ("app",)
+    __slots__ = ("app", "pacer")
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, pacer: ArrivalPacer | None = None) -> None:
         self.app = app
+        self.pacer = pacer
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":  # the lifespan
             await self.app(scope, receive, send)
             return
-        call = Call(scope, receive)
+        pacer = self.pacer
+        turn = None if pacer is None else pacer.enter()
+        if turn is not None:  # a burst: the tokens of the streams in flight go first
+            arrived = time.perf_counter()
+            await turn
+            call = Call(scope, receive)
+            call._t0 = arrived  # the record's duration counts the wait for its turn
+        else:
+            call = Call(scope, receive)
         scope.setdefault("state", {})[_KEY] = call
         request_id = (b"x-request-id", call.request_id.encode())
         record = call.record
