@@ -239,16 +239,19 @@ class EdgeMiddleware:
         if scope["type"] != "http":  # the lifespan
             await self.app(scope, receive, send)
             return
+        call = Call(scope, receive)  # first: its duration counts a wait for its turn
+        scope.setdefault("state", {})[_KEY] = call
         pacer = self.pacer
         turn = None if pacer is None else pacer.enter()
         if turn is not None:  # a burst: the tokens of the streams in flight go first
-            arrived = time.perf_counter()
-            await turn
-            call = Call(scope, receive)
-            call._t0 = arrived  # the record's duration counts the wait for its turn
-        else:
-            call = Call(scope, receive)
-        scope.setdefault("state", {})[_KEY] = call
+            try:
+                await turn
+            except asyncio.CancelledError:
+                call.forget(scope)
+                raise
+            if call.gone:  # the client left while its request waited for its turn (`note_hang_up`)
+                call.forget(scope)
+                return  # nothing started, nobody to answer
         request_id = (b"x-request-id", call.request_id.encode())
         record = call.record
 
