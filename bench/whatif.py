@@ -18,7 +18,7 @@ It stands in for the gateway's interpreter as bench/targets.py runs it (`-m boot
 venv's interpreter (bench/.venv-runtime, built by bench/run) when that exists.
 `cpu_cost.py --callgrind` follows that exec (valgrind `--trace-children=yes`). Given a
 script instead (the ceiling: `peers.ceiling_python()` resolves to this too), only
-`gc-threshold`, `no-gc` and `gc-report` apply.
+`gc-threshold`, `no-gc`, `gc-report` and `loop-lag` apply.
 """
 
 from __future__ import annotations
@@ -176,11 +176,54 @@ def _gc_report() -> None:
     signal.signal(signal.SIGUSR1, report)
 
 
+def _loop_lag() -> None:
+    """Sample the event loop's lateness every millisecond (a task sleeping 1 ms, started with
+    uvicorn's server); on SIGUSR2 write `time lateness_ms` per late wake-up (> 1 ms) to
+    $WHATIF_LAG_FILE and forget them: how long a wave of new requests holds the loop."""
+    import signal
+    import time
+
+    import uvicorn
+
+    late: list[tuple[float, float]] = []
+    path = Path(os.environ.get("WHATIF_LAG_FILE", str(ROOT / "bench" / "out" / "loop-lag.txt")))
+
+    async def probe() -> None:
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.001)
+            lateness = time.perf_counter() - t0 - 0.001
+            if lateness > 0.001:
+                late.append((t0, lateness * 1000))
+
+    def dump(*_: Any) -> None:
+        path.write_text("".join(f"{t:.4f} {ms:.2f}\n" for t, ms in late))
+        late.clear()
+
+    original = uvicorn.Server.serve
+
+    probing: list[bool] = []
+
+    async def serve(self: Any, sockets: Any = None) -> None:
+        if probing:  # the gateway's ops listener is a second server on the same loop: one probe
+            await original(self, sockets)
+            return
+        probing.append(True)
+        task = asyncio.get_running_loop().create_task(probe())
+        try:
+            await original(self, sockets)
+        finally:
+            task.cancel()
+
+    uvicorn.Server.serve = serve  # type: ignore[method-assign]
+    signal.signal(signal.SIGUSR2, dump)
+
+
 PATCHES = {
     "no-guard-copy": _no_guard_copy, "no-trace": _no_trace, "no-lease-watch": _no_lease_watch,
     "no-read-timeout": _no_read_timeout, "no-body-timeout": _no_body_timeout, "no-watch": _no_watch,
     "no-metrics": _no_metrics, "break-cycles": _break_cycles, "gc-threshold": _gc_threshold, "no-gc": _no_gc,
-    "gc-report": _gc_report,
+    "gc-report": _gc_report, "loop-lag": _loop_lag,
 }
 
 
@@ -199,7 +242,7 @@ def main() -> int:
     if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): only the GC settings apply
         import runpy
 
-        for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report"}:
+        for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report", "loop-lag"}:
             PATCHES[name]()
         sys.argv = sys.argv[1:]
         sys.path.insert(0, str(Path(sys.argv[0]).resolve().parent))
