@@ -235,6 +235,13 @@ def gateway_python() -> str:
     return str(runtime) if current and os.access(runtime, os.X_OK) else sys.executable
 
 
+def server_extra() -> str:
+    """BENCH_GATEWAY_SERVER: lines added to the gateway's `[server]` table, for an A/B of one
+    setting (e.g. `starts_per_loop_turn = 0`); empty by default."""
+    extra = os.environ.get("BENCH_GATEWAY_SERVER", "").strip()
+    return extra + "\n" if extra else ""
+
+
 def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "gateway",
                   wrap: tuple[str, ...] = ()) -> Target:
     """`wrap`: a command the gateway runs under (bench/cpu_cost.py: valgrind)."""
@@ -253,7 +260,7 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str 
             "queue_depth = 1024\nqueue_timeout_seconds = 30\n"
         )
     config.write_text(
-        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n{shared}\n'
+        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n{server_extra()}{shared}\n'
         '[ops]\nlisten = "127.0.0.1:0"\n\n'  # several gateways at once: each its own ops port
         f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n{admission}'
     )
@@ -275,7 +282,8 @@ def start_keyed_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name
     port = free_port()
     config = procs.workdir / f"{name}.toml"
     config.write_text(
-        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n\n[ops]\nlisten = "127.0.0.1:0"\n\n'
+        f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n{server_extra()}\n'
+        '[ops]\nlisten = "127.0.0.1:0"\n\n'
         f'[auth]\nmode = "required"\nkeys_file = "{keys}"\n\n'
         f'[upstreams.stub]\nurl = "{stub_url}"\nmodels = ["{MODEL}"]\n'
     )
