@@ -7,8 +7,8 @@ requests come in bursts: clients that ask again the moment an answer ends, a ret
 connections moved by a deploy. A loop left alone starts the whole burst in the turn it
 arrived in, and every token that arrives meanwhile waits for all of it: each stream in
 flight sees one long gap per burst (bench/RESULTS.md, "ninth pass": 300 paced streams asking
-again together held the loop for ~100 ms at a time; the p99 gap between tokens was 48-57 ms
-against 20 ms paced).
+again together held the loop for 60-100 ms at a time; the p99 gap between tokens, 20 ms paced,
+was 42-57 ms, and 29-41 ms with the pacer).
 
 `ArrivalPacer` lets `per_turn` requests start in one turn and queues the others in arrival
 order; each later turn releases the next `per_turn`. Between two batches the loop polls its
