@@ -58,9 +58,14 @@ def edge(pacer: ArrivalPacer, passes: Passes, started: list[tuple[int, int]]) ->
     return EdgeMiddleware(app, pacer)
 
 
-async def request(middleware: EdgeMiddleware, number: int) -> list[dict[str, Any]]:
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-             "query_string": b"", "headers": [], "number": number}
+def scope_of(number: int) -> dict[str, Any]:
+    return {"type": "http", "method": "POST", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+            "query_string": b"", "headers": [], "number": number}
+
+
+async def request(middleware: EdgeMiddleware, number: int, scope: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """What the middleware sent for request `number` (in `scope`, or a new one)."""
+    scope = scope_of(number) if scope is None else scope
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
@@ -192,28 +197,15 @@ def test_a_request_whose_client_left_while_it_waited_never_starts() -> None:
     async def scenario() -> None:
         pacer, passes, started = ArrivalPacer(2), Passes(), []
         middleware = edge(pacer, passes, started)
-        scopes: dict[int, dict[str, Any]] = {}
-        tasks = []
-        for n in range(5):
-            scope = {"type": "http", "method": "POST", "path": "/", "raw_path": b"/", "query_string": b"",
-                     "headers": [], "number": n}
-            scopes[n] = scope
-            sent: list[Any] = []
-
-            async def receive() -> dict[str, Any]:
-                return {"type": "http.request", "body": b"", "more_body": False}
-
-            async def send(message: Any, sent: list[Any] = sent) -> None:
-                sent.append(message)
-
-            tasks.append((asyncio.create_task(middleware(scope, receive, send)), sent))
+        scopes = [scope_of(n) for n in range(5)]
+        tasks = [asyncio.create_task(request(middleware, n, scope)) for n, scope in enumerate(scopes)]
         passes.start()
         await asyncio.sleep(0)  # 0 and 1 started, 2..4 wait
         note_hang_up(scopes[3])
-        await asyncio.gather(*(task for task, _ in tasks))
+        sent = await asyncio.gather(*tasks)
         passes.stop()
         assert [n for n, _ in started] == [0, 1, 2, 4]
-        assert tasks[3][1] == []  # nothing sent to the client that left
+        assert sent[3] == []  # nothing sent to the client that left
         assert "gateway.call" not in scopes[3]["state"]  # its Call let go of (no cycle left)
 
     on_both_loops(scenario)
