@@ -24,6 +24,11 @@ only: the kernel's share of a send or a read is not in it; the CPU time is). Slo
 50x): use a few hundred requests. The dump (bench/out/callgrind-<target>-<scenario>.out)
 opens with `callgrind_annotate` for the C-level split (interpreter, msgspec, uvloop, ...).
 
+`--cprofile`: the target runs on bench/whatif.py with its `cprofile` patch, switched on for the
+measured run only (SIGUSR1 before and after): Python function calls per request and the
+functions with the most calls per request, kept in bench/out/cprofile-<target>-<scenario>.pstats.
+Counts, not times, are what to compare (the profiler slows every call alike).
+
 Loopback only; every run bounded in count and time.
 """
 
@@ -33,6 +38,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -149,6 +155,47 @@ class Callgrind:
         raise RuntimeError("callgrind wrote no dump")
 
 
+class Profiler:
+    """bench/whatif.py's `cprofile` patch in the target: one SIGUSR1 starts, the next dumps."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.out = workdir / "cprofile.pstats"
+        os.environ["BENCH_GATEWAY_PYTHON"] = str(Path(__file__).resolve().parent / "whatif.py")
+        os.environ["WHATIF"] = ",".join(w for w in [os.environ.get("WHATIF", ""), "cprofile"] if w)
+        os.environ["WHATIF_PROFILE_FILE"] = str(self.out)
+
+    def begin(self, pid: int) -> None:
+        os.kill(pid, signal.SIGUSR1)
+
+    def end(self, pid: int) -> Path:
+        self.out.unlink(missing_ok=True)
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 60
+        size = -1
+        while time.monotonic() < deadline:  # written when its size stops changing
+            now = self.out.stat().st_size if self.out.exists() else -1
+            if now > 0 and now == size:
+                return self.out
+            size = now
+            time.sleep(0.5)
+        raise RuntimeError("the target wrote no profile")
+
+
+def profile_split(path: Path, per: int, top: int = 40) -> tuple[int, dict[str, float]]:
+    """Function calls per request, and the `top` functions by calls per request."""
+    import pstats
+
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    calls: dict[str, float] = {}
+    total = 0
+    for (filename, line, name), (_, ncalls, *_rest) in stats.items():
+        total += ncalls
+        where = "/".join(filename.split("/")[-2:]) if filename != "~" else ""
+        calls[f"{name} ({where}:{line})" if where else name] = ncalls / per
+    ranked = dict(sorted(calls.items(), key=lambda kv: -kv[1])[:top])
+    return total // per, ranked
+
+
 def split(dump: Path) -> tuple[dict[str, int], dict[str, int]]:
     """Self instructions per shared object and per C function of a callgrind dump (the
     inclusive cost line after each `calls=` is skipped)."""
@@ -202,6 +249,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
         procs = t.Procs(Path(tmp))
         grind = Callgrind(Path(tmp)) if args.callgrind else None
+        profiler = Profiler(Path(tmp)) if args.cprofile else None
         trace = Syscalls(Path(tmp)) if args.syscalls else None
         try:
             stub = t.start_stub(procs, load, tokens, paced.CHUNK_DELAY if is_paced else 0.0)
@@ -228,7 +276,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 send(url, scenario, target, args.warmup if not grind else min(args.warmup, 200),
                      args.concurrency, load)
             t.settle(pids, 30 if grind else 5)
-            for _ in range(1 if grind or trace else args.repeat):
+            for _ in range(1 if grind or trace or profiler else args.repeat):
+                if profiler:
+                    profiler.begin(target.proc.pid)
                 if grind:
                     grind.begin(target.proc.pid)
                 if trace:
@@ -250,6 +300,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 if trace:
                     run["syscalls_per_request"] = {k: round(v / max(done, 1), 2) for k, v in trace.end().items()}
+                if profiler:
+                    kept = OUT / f"cprofile-{args.target}-{args.scenario}.pstats"
+                    OUT.mkdir(exist_ok=True)
+                    shutil.copyfile(profiler.end(target.proc.pid), kept)
+                    run["calls_per_request"], run["calls_by_function"] = profile_split(kept, max(done, 1))
+                    run["profile"] = str(kept)
                 if grind:
                     instructions, dump = grind.end(target.proc.pid)
                     kept = OUT / f"callgrind-{args.target}-{args.scenario}.out"
@@ -300,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="measured runs (callgrind: one)")
     p.add_argument("--pin", choices=["split", "none"], default="split")
     p.add_argument("--callgrind", action="store_true", help="instruction counts under valgrind (slow)")
+    p.add_argument("--cprofile", action="store_true",
+                   help="Python function calls per request (cProfile in the target; slows it)")
     p.add_argument("--syscalls", action="store_true", help="system calls per request (strace -c; slows the target)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON only")
     args = p.parse_args(argv)
@@ -325,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         if "instructions_per_request" in r:
             line += f", {r['instructions_per_request']:,} instructions/{unit} ({r['dump']})"
         print(line)
+        if "calls_per_request" in r:
+            print(f"  Python function calls per {unit}: {r['calls_per_request']:,} ({r['profile']}); the most called:")
+            for what, n in r["calls_by_function"].items():
+                print(f"    {n:8.2f}  {what}")
         if "syscalls_per_request" in r:
             calls = r["syscalls_per_request"].items()
             print(f"  system calls per {unit}: " + ", ".join(f"{k} {v:g}" for k, v in calls))

@@ -18,7 +18,7 @@ It stands in for the gateway's interpreter as bench/targets.py runs it (`-m boot
 venv's interpreter (bench/.venv-runtime, built by bench/run) when that exists.
 `cpu_cost.py --callgrind` follows that exec (valgrind `--trace-children=yes`). Given a
 script instead (the ceiling: `peers.ceiling_python()` resolves to this too), only
-`gc-threshold`, `no-gc`, `gc-report` and `loop-lag` apply.
+`gc-threshold`, `no-gc`, `gc-report`, `loop-lag` and `cprofile` apply.
 """
 
 from __future__ import annotations
@@ -219,11 +219,35 @@ def _loop_lag() -> None:
     signal.signal(signal.SIGUSR2, dump)
 
 
+def _cprofile() -> None:
+    """cProfile on the main thread (the event loop's), switched by SIGUSR1: the first signal
+    starts a fresh profile, the next writes it (pstats format) to $WHATIF_PROFILE_FILE (default
+    bench/out/cprofile.pstats) and stops. `cpu_cost.py --cprofile` sends both around its
+    measured run: Python function calls per request, ours against the ceiling's."""
+    import cProfile
+    import signal
+
+    path = Path(os.environ.get("WHATIF_PROFILE_FILE", str(ROOT / "bench" / "out" / "cprofile.pstats")))
+    running: list[cProfile.Profile] = []
+
+    def toggle(*_: Any) -> None:
+        if running:
+            profile = running.pop()
+            profile.disable()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            profile.dump_stats(str(path))
+        else:
+            running.append(cProfile.Profile())
+            running[0].enable()
+
+    signal.signal(signal.SIGUSR1, toggle)
+
+
 PATCHES = {
     "no-guard-copy": _no_guard_copy, "no-trace": _no_trace, "no-lease-watch": _no_lease_watch,
     "no-read-timeout": _no_read_timeout, "no-body-timeout": _no_body_timeout, "no-watch": _no_watch,
     "no-metrics": _no_metrics, "break-cycles": _break_cycles, "gc-threshold": _gc_threshold, "no-gc": _no_gc,
-    "gc-report": _gc_report, "loop-lag": _loop_lag,
+    "gc-report": _gc_report, "loop-lag": _loop_lag, "cprofile": _cprofile,
 }
 
 
@@ -242,7 +266,7 @@ def main() -> int:
     if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): the GC settings and the probe
         import runpy
 
-        for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report", "loop-lag"}:
+        for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report", "loop-lag", "cprofile"}:
             PATCHES[name]()
         sys.argv = sys.argv[1:]
         sys.path.insert(0, str(Path(sys.argv[0]).resolve().parent))
