@@ -130,6 +130,19 @@ def test_a_malformed_token_in_a_run_fails_the_stream_where_it_stands() -> None:
     assert [type(event) for event in chunks[-2].events] == [TextDelta, TextDelta]
 
 
+def test_a_shape_seen_across_two_data_lines_is_not_learnt() -> None:
+    """A token payload sent as two `data` lines is joined with an LF: its bytes around the text
+    are not the bytes of any one-line event. An event holding those bytes with the LF is two
+    lines to SSE (the second an unknown field): the first line alone is its payload, malformed."""
+    split_head = _HEAD.replace(b'"object"', b'\n"object"')
+    two_lines = b"data: " + split_head.replace(b"\n", b"\ndata: ") + b'"a"' + _TAIL + b"\n\n"
+    lookalike = b"data: " + split_head + b'"b"' + _TAIL + b"\n\n"
+    for reads in ([b"data: " + _ROLE + b"\n\n" + two_lines, lookalike],
+                  [b"data: " + _ROLE + b"\n\n" + two_lines, lookalike + b"data: " + _FINISH + b"\n\n"]):
+        chunks = _same(reads)
+        assert chunks[-1].events[0].kind == "upstream-protocol-error"  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     "data",
     [b"data: a\n\ndata: b", b"data: a\r\n\r\n", b"data: a\n\n\n", b"data: a\n", b"data: a\n\r\n\n"],

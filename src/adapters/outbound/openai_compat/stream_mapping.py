@@ -72,7 +72,6 @@ NATIVE_FORMAT = "openai-chat"
 # NativePayload.data: whole SSE frames (`data: ` to the blank line) of openai-chat token payloads
 TOKEN_FRAMES_FORMAT = "openai-chat-token-frames"
 _DATA = b"data: "
-_LF = b"\n"
 _END = b"\n\n"  # an SSE event's end
 _DONE = b"[DONE]"
 _CONTENT_KEY = b'"content":'
@@ -341,7 +340,7 @@ class StreamMapper:
         if (delta is None or delta.content != _PROBE_TEXT or delta.tool_calls is not None
                 or delta.reasoning is not None or delta.reasoning_content is not None):
             return
-        if _LF in head or _LF in tail or b"\r" in head or b"\r" in tail:
+        if 10 in head or 10 in tail or 13 in head or 13 in tail:  # LF, CR (`10 in` is a memchr: see token_read)
             return  # a payload of several `data` lines: its event's bytes are not `data: ` + payload
         self._head, self._tail, self._around = head, tail, len(head) + len(tail)
         self._frame_head = _DATA + head
