@@ -1,4 +1,4 @@
-"""Reads of whole events (`SseDecoder.whole_events` -> `StreamMapper.feed_events`) map exactly as
+"""Reads of whole events (`sse_decoder.whole_events` -> `StreamMapper.feed_events`) map exactly as
 the payload-by-payload path does, and `/v1` relays the same bytes.
 
 The reference is the general path with a mapper that never learns a token shape: every payload
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from adapters.inbound.openai.stream import ChunkWriter
 from adapters.outbound.openai_compat.chunk_stream import ChunkStream
-from adapters.outbound.openai_compat.sse_decoder import SseDecoder
+from adapters.outbound.openai_compat.sse_decoder import SseDecoder, whole_events
 from adapters.outbound.openai_compat.stream_mapping import TOKEN_FRAMES_FORMAT, Phase, StreamMapper
 from domain.canonical import NativePayload, StreamChunk, TextDelta
 
@@ -145,18 +145,39 @@ def test_a_shape_seen_across_two_data_lines_is_not_learnt() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"data: a\n\ndata: b", b"data: a\r\n\r\n", b"data: a\n\n\n", b"data: a\n", b"data: a\n\r\n\n"],
+    [b"data: a\n\ndata: b", b"data: a\r\n\r\n", b"data: a\n\n\n", b"data: a\n", b"data: a\n\r\n\n",
+     b"data: a\n\n\n\n", b": ping\n\ndata: a\n\n", b"data:a\n\n", b"event: x\ndata: a\n\n", b"tial\n\n"],
 )
 def test_other_reads_take_the_general_parse(data: bytes) -> None:
-    assert SseDecoder().whole_events(data) is None
+    assert not whole_events(data)
 
 
-def test_whole_events_only_with_nothing_pending() -> None:
-    decoder = SseDecoder()
-    assert decoder.whole_events(b"data: a\n\n\ndata: b\n\n") == [b"data: a", b"\ndata: b"]
-    assert decoder.whole_events(b"data: a\n\n\n\n") == [b"data: a", b""]
-    assert decoder.feed(b"data: par") == []
-    assert decoder.whole_events(b"tial\n\n") is None
+@pytest.mark.parametrize("data", [b"data: a\n\n", b"data: a\n\n\ndata: b\n\n", b"data: a\ndata: b\n\n: c\n\n"])
+def test_reads_of_whole_events_from_a_data_line(data: bytes) -> None:
+    assert whole_events(data)
+
+
+def test_a_read_with_something_pending_takes_the_general_parse() -> None:
+    token = b"data: " + _HEAD + b'"b"' + _TAIL + b"\n\n"
+    first = b"data: " + _ROLE + b"\n\n" + token + token[:20]  # the shape is learnt; a token's start waits
+    chunks = _same([first, token[20:] + token, b"data: " + _FINISH + b"\n\ndata: [DONE]\n\n"])
+    assert [type(event).__name__ for chunk in chunks for event in chunk.events] == [
+        "MessageStart", "TextDelta", "TextDelta", "TextDelta", "Finish"]
+
+
+def test_events_between_tokens_and_after_blank_lines_keep_their_place() -> None:
+    token = b"data: " + _HEAD + b'"t"' + _TAIL + b"\n\n"
+    two_lines = b"data: " + _HEAD.replace(b'"object"', b'\ndata: "object"') + b'"m"' + _TAIL + b"\n\n"
+    read = (token + b": ping\n\n" + token + b"\n\n" + token + b"event: chunk\ndata: " + _HEAD + b'"n"' + _TAIL
+            + b"\n\n" + token + two_lines + token)
+    chunks = _same([b"data: " + _ROLE + b"\n\n" + token, read, b"data: " + _FINISH + b"\n\ndata: [DONE]\n\n"])
+    texts = [event.text for chunk in chunks for event in chunk.events if isinstance(event, TextDelta)]
+    assert texts == ["t", "t", "t", "t", "n", "t", "m", "t"]  # "n" and "m": events of other shapes, decoded
+    # A token whose part holds more (a comment, a blank line, another field: an LF) is mapped as its
+    # payload (`feed`), one followed by the next event's `data: ` line joins a run of frames.
+    formats = [chunk.native.format for chunk in chunks if chunk.native is not None]
+    assert formats == ["openai-chat"] * 6 + [TOKEN_FRAMES_FORMAT, "openai-chat", TOKEN_FRAMES_FORMAT, "openai-chat"]
+    assert chunks[6].native is not None and chunks[6].native.data == token
 
 
 def test_a_text_completion_stream_maps_the_same_from_whole_events() -> None:

@@ -21,7 +21,7 @@ import aiohttp
 from domain.canonical import ChunkBatch, StreamChunk
 from domain.errors import GatewayError, UpstreamProtocolError
 
-from .sse_decoder import SseDecoder, SseOverflow
+from .sse_decoder import SseDecoder, SseOverflow, whole_events
 from .stream_mapping import Phase, StreamMapper
 
 _FAILED = Phase.FAILED  # bound once: an Enum member lookup costs ~60 ns on Python 3.11, per payload
@@ -47,7 +47,7 @@ class Reader(Protocol):
 
 class Mapper(Protocol):
     """Payloads -> canonical chunks: `StreamMapper` (chat) or `TextStreamMapper` (completions);
-    `feed_events` maps a read's whole events, up to a failure (`SseDecoder.whole_events`);
+    `feed_events` maps a read of whole events (`sse_decoder.whole_events`), up to a failure;
     `token_read` a read of one token event, or None to leave the read to them."""
 
     phase: Phase
@@ -59,7 +59,7 @@ class Mapper(Protocol):
 
     def token_read(self, data: bytes) -> ChunkBatch | None: ...
 
-    def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch: ...
+    def feed_events(self, data: bytes) -> ChunkBatch: ...
 
     def close(self) -> StreamChunk | None: ...
 
@@ -121,16 +121,15 @@ class ChunkStream:
         mapper has ended (`[DONE]` or a failure), so has the stream."""
         mapper = self._mapper
         decoder = self._decoder
-        if not decoder.pending:  # a paced stream's read: one token (`StreamMapper.token_read`)
-            token = mapper.token_read(data)
+        if not decoder.pending:
+            token = mapper.token_read(data)  # a paced stream's read: one token
             if token is not None:
                 return token
-        blocks = decoder.whole_events(data)
-        if blocks is not None:  # the usual read (`SseDecoder.whole_events`)
-            chunks = mapper.feed_events(blocks, data)
-            if mapper.ended:
-                self._eof = True
-            return chunks
+            if whole_events(data):  # the usual read
+                chunks = mapper.feed_events(data)
+                if mapper.ended:
+                    self._eof = True
+                return chunks
         try:
             payloads = decoder.feed(data)
         except SseOverflow as exc:

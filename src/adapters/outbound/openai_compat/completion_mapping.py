@@ -31,6 +31,7 @@ from .wire import EMBEDDINGS_DECODER, TEXT_DECODER, ErrorFields, UsageView
 COMPLETION_FORMAT = "openai-completion"
 EMBEDDINGS_FORMAT = "openai-embeddings"
 _DONE = b"[DONE]"
+_END = b"\n\n"  # an SSE event's end
 
 
 def _usage(view: UsageView | None) -> Usage:
@@ -123,9 +124,11 @@ class TextStreamMapper:
         """No shortcut for a completion's one-token read: `feed_events` maps every read."""
         return None
 
-    def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch:
+    def feed_events(self, data: bytes) -> ChunkBatch:
         """Each whole event's payload as `feed` maps it, up to a failure."""
         batch: ChunkBatch = []
+        blocks = data.split(_END)
+        blocks.pop()  # the empty rest after the last event's end
         for block in blocks:
             payload = payload_of(block)
             chunk = self.feed(payload) if payload is not None else None

@@ -8,10 +8,9 @@ Per the SSE spec: `data` lines of one event are joined with LF, comments (`:`) a
 other fields (`event`, `id`, `retry`) are skipped, an event with no `data` line is
 not dispatched, and an unterminated event at EOF is discarded.
 
-`whole_events` is the shortcut for the usual read: whole events with LF line ends only
-(vLLM's, one HTTP chunk per event), cut into their blocks by one split, for a mapper that
-recognises most of them without parsing (`StreamMapper.feed_events`); `payload_of` reads any
-other block.
+`whole_events` tells the usual read: whole events with LF line ends only (vLLM's, one HTTP
+chunk per event), the first a `data: ` line, for a mapper that cuts them itself and recognises
+most of them without parsing (`StreamMapper.feed_events`); `payload_of` reads any block.
 """
 
 from __future__ import annotations
@@ -39,20 +38,9 @@ class SseDecoder:
         """Bytes of an event not yet terminated (what EOF would discard)."""
         return len(self._buf)
 
-    def whole_events(self, data: bytes) -> list[bytes] | None:
-        """The blocks (lines without the blank line that ends them) of a read made of whole
-        events with LF line ends only, nothing pending before it; None for any other read
-        (`feed` it). A block may be empty (an extra blank line) or hold several lines."""
-        if self._buf or data[-2:] != _END or 13 in data:  # a CR (`13 in` is a memchr, `b"\r" in` is not)
-            return None
-        blocks = data.split(_END)
-        if blocks.pop():  # an odd run of LFs at the end (`x\n\n\n`): not split where SSE would
-            return None
-        return blocks
-
     def feed(self, data: bytes) -> list[bytes]:
         """The `data` payloads of every event completed by `data`, in order."""
-        # `ChunkStream` gives the usual read (whole events, LF only, nothing pending) to `whole_events`.
+        # `ChunkStream` gives the usual read (`whole_events`, nothing pending) to the mapper.
         buf = self._buf
         buf += data
         size = len(buf)
@@ -90,6 +78,15 @@ class SseDecoder:
         self._scan = nl - start if nl >= 0 else len(buf)
         self._multiline = multiline
         return out
+
+
+def whole_events(data: bytes) -> bool:
+    """A read (with nothing pending before it) made of whole events, LF line ends only, that
+    starts with a `data: ` line and does not end in more than the blank line (`x\n\n\n`: SSE
+    would keep the last LF pending). Split at each `\n\n`, it is the events' blocks, the last
+    one empty; split at each `\n\ndata: ` (`StreamMapper.feed_events`), a part per `data: `
+    line that starts an event."""
+    return data[:6] == _FAST_PREFIX and data[-2:] == _END and data[-3] != 10 and 13 not in data  # no CR
 
 
 def payload_of(block: bytes) -> bytes | None:

@@ -22,7 +22,7 @@ must come out as choice 0's text and nothing else (no usage, no finish, no error
 else (a payload that differs elsewhere, a text that is not one valid JSON string) takes the
 full decode, which words any error.
 
-Reads usually hold whole events (`SseDecoder.whole_events`), under load many per read:
+Reads usually hold whole events (`sse_decoder.whole_events`), under load many per read:
 `feed_events` maps every token event of the learnt shape (`data: ` and the same bytes) the same
 way without parsing the event, and puts a run of them in one chunk whose native payload is the
 run's frames as they came (`TOKEN_FRAMES_FORMAT`): an OpenAI-shaped surface relays them as one
@@ -73,6 +73,7 @@ NATIVE_FORMAT = "openai-chat"
 TOKEN_FRAMES_FORMAT = "openai-chat-token-frames"
 _DATA = b"data: "
 _END = b"\n\n"  # an SSE event's end
+_NEXT_DATA = b"\n\ndata: "  # an event's end and the next one's `data: ` line
 _DONE = b"[DONE]"
 _CONTENT_KEY = b'"content":'
 _PROBE = b'"\\u0000gateway probe"'  # a JSON string no upstream text is confused with
@@ -269,22 +270,28 @@ class StreamMapper:
             return None
         return [_run_chunk([TextDelta(text=text)] if text else [], data)]
 
-    def feed_events(self, blocks: list[bytes], data: bytes) -> ChunkBatch:
-        """The chunks of a read of whole events (`blocks`, split from `data` by
-        `SseDecoder.whole_events`), up to a failure: token events of the learnt shape in runs
-        (the module doc), every other event as `feed` maps its payload."""
+    def feed_events(self, data: bytes) -> ChunkBatch:
+        """The chunks of a read of whole events (`sse_decoder.whole_events`), up to a failure:
+        token events of the learnt shape in runs (the module doc), every other event as `feed`
+        maps its payload. The read is cut at each `\n\ndata: ` (one split: a longer needle is
+        found faster than the blank line alone): a part is what follows an event's `data: `, up
+        to the next event that starts with one; a part with an LF holds more lines or events,
+        read block by block."""
         batch: ChunkBatch = []
-        head = self._frame_head if self.phase is _OPEN else None
-        tail, around = self._tail, self._around + 6  # `data: ` is in the event's head
+        parts = data.split(_NEXT_DATA)
+        parts[0] = parts[0][6:]  # the read's first `data: `
+        parts[-1] = parts[-1][:-2]  # and its last blank line
+        head = self._head if self.phase is _OPEN else None
+        tail, around = self._tail, self._around
         run: list[StreamEvent] | None = None  # the TextDeltas of the token events since `begun`
-        begun = at = 0  # where the run and the current block begin in `data`
-        for block in blocks:
-            size = len(block)
+        begun = at = 0  # where the run and the current part's event begin in `data`
+        for part in parts:
+            size = len(part)
             if head is not None:
-                raw = block.removeprefix(head).removesuffix(tail)  # see `feed`
+                raw = part.removeprefix(head).removesuffix(tail)  # see `feed`
                 if len(raw) == size - around:
                     try:
-                        text = STRING_DECODER.decode(raw)  # one JSON string: no LF, no CR in it
+                        text = STRING_DECODER.decode(raw)  # one JSON string: no LF in it, so one event
                     except msgspec.DecodeError:
                         pass
                     else:
@@ -292,23 +299,26 @@ class StreamMapper:
                             run, begun = [], at
                         if text:
                             run.append(TextDelta(text=text))
-                        at += size + 2
+                        at += size + 8  # `data: `, the part, the blank line
                         continue
             if run is not None:
                 batch.append(_run_chunk(run, data[begun:at]))
                 run = None
-            at += size + 2
-            payload = payload_of(block)
-            if payload is None:
-                continue
-            chunk = self.feed(payload)
-            if chunk is not None:
-                batch.append(chunk)
-                if self.phase is _FAILED:
-                    return batch
+            at += size + 8
+            if 10 in part:  # an LF (`10 in` is a memchr): lines or events after the `data: ` line
+                blocks = (_DATA + part).split(_END)
+                payloads = [payload for block in blocks if (payload := payload_of(block)) is not None]
+            else:
+                payloads = [part]
+            for payload in payloads:
+                chunk = self.feed(payload)
+                if chunk is not None:
+                    batch.append(chunk)
+                    if self.phase is _FAILED:
+                        return batch
             # `feed` may have learnt the shape or ended the answer
-            head = self._frame_head if self.phase is _OPEN else None
-            tail, around = self._tail, self._around + 6
+            head = self._head if self.phase is _OPEN else None
+            tail, around = self._tail, self._around
         if run is not None:
             batch.append(_run_chunk(run, data[begun:at]))
         return batch
