@@ -43,7 +43,7 @@ class Phase(enum.Enum):
     CLOSED = "closed"  # the terminal frame was produced; nothing follows
 
 
-_CLOSED = Phase.CLOSED  # bound once: an Enum member lookup costs ~60 ns on Python 3.11, per frame
+_OPEN, _CLOSED = Phase.OPEN, Phase.CLOSED  # bound once: an Enum member lookup costs ~60 ns on Python 3.11
 
 
 class ChunkWriter:
@@ -58,7 +58,7 @@ class ChunkWriter:
                  "include_usage", "phase", "usage")  # fmt: skip
 
     def __init__(self, include_usage: bool, model: str, request_id: str) -> None:
-        self.phase = Phase.OPEN
+        self.phase = _OPEN
         self.include_usage = include_usage
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
@@ -91,7 +91,7 @@ class ChunkWriter:
                 continue
             if isinstance(event, StreamError):
                 self.error = event
-                self.phase = Phase.CLOSED
+                self.phase = _CLOSED
                 return b"".join(frames) + stream_error_frame(event.kind, event.message, event.status)
             if isinstance(event, Finish):
                 self.finish_reason = event.reason
@@ -113,7 +113,7 @@ class ChunkWriter:
                 self.usage = event.usage  # type: ignore[union-attr]
             elif kind is StreamError:
                 self.error = event  # type: ignore[assignment]
-                self.phase = Phase.CLOSED
+                self.phase = _CLOSED
                 return stream_error_frame(event.kind, event.message, event.status)  # type: ignore[union-attr]
             else:
                 usage_only = False
@@ -133,9 +133,9 @@ class ChunkWriter:
         return b"".join([b"data: " + renamed(frame[6:], model) + _END for frame in frames.split(_END)[:-1]])
 
     def finish(self) -> bytes:
-        if self.phase is Phase.CLOSED:
+        if self.phase is _CLOSED:
             return b""
-        self.phase = Phase.CLOSED
+        self.phase = _CLOSED
         return DONE
 
     # --- canonical encoding ---------------------------------------------------------

@@ -24,7 +24,7 @@ from domain.errors import GatewayError, UpstreamProtocolError
 from .sse_decoder import SseDecoder, SseOverflow, whole_events
 from .stream_mapping import Phase, StreamMapper
 
-_FAILED = Phase.FAILED  # bound once: an Enum member lookup costs ~60 ns on Python 3.11, per payload
+_FAILED, _DONE = Phase.FAILED, Phase.DONE  # bound once: an Enum member lookup costs ~60 ns on Python 3.11
 _DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the connection is closed
 
 
@@ -111,7 +111,7 @@ class ChunkStream:
         ended; after `[DONE]`, only once the grace period is over (see the module doc)."""
         self._reader.close()
         resp = self._resp
-        if self._mapper.phase is Phase.DONE and not resp.content.is_eof():
+        if self._mapper.phase is _DONE and not resp.content.is_eof():
             asyncio.get_running_loop().call_later(_DONE_GRACE, resp.close)
         else:
             resp.close()

@@ -155,14 +155,14 @@ class Phase(enum.Enum):
 
 # Bound once: reading an Enum member off its class costs about 60 ns on Python 3.11, and the
 # phase is checked on every payload.
-_OPEN, _FINISHED, _ENDED_DONE, _FAILED = Phase.OPEN, Phase.FINISHED, Phase.DONE, Phase.FAILED
+_IDLE, _OPEN, _FINISHED, _ENDED_DONE, _FAILED = Phase.IDLE, Phase.OPEN, Phase.FINISHED, Phase.DONE, Phase.FAILED
 
 class StreamMapper:
     __slots__ = ("_around", "_frame_head", "_head", "_held_args", "_message_id", "_read_around", "_read_tail",
                  "_tail", "_tools", "_tries", "phase")  # fmt: skip
 
     def __init__(self) -> None:
-        self.phase = Phase.IDLE
+        self.phase = _IDLE
         self._message_id = ""
         self._tools: set[int] = set()  # indices of tool calls already started
         self._held_args: dict[int, str] = {}  # arguments seen before their call's name
@@ -222,8 +222,8 @@ class StreamMapper:
         elif phase is _ENDED_DONE or phase is _FAILED or not payload:
             return None
         if payload == _DONE:
-            if phase is Phase.FINISHED:
-                self.phase = Phase.DONE
+            if phase is _FINISHED:
+                self.phase = _ENDED_DONE
                 return None
             return self._fail(UpstreamProtocolError("upstream stream ended without a finish_reason"))
         try:
@@ -235,11 +235,11 @@ class StreamMapper:
             status = full.error_code() or UpstreamError.status
             kind = UpstreamRejected.kind if status < 500 else UpstreamError.kind
             message = full.error_message() or "upstream reported an error mid-stream"
-            self.phase = Phase.FAILED
+            self.phase = _FAILED
             return StreamChunk(events=[StreamError(kind=kind, message=message, status=status)], native=native)
         events = []
-        if phase is Phase.IDLE:
-            self.phase = Phase.OPEN
+        if phase is _IDLE:
+            self.phase = _OPEN
             self._message_id = full.id
             events.append(MessageStart(id=full.id, model=full.model, created=full.created))
         for choice in full.choices:
@@ -343,8 +343,12 @@ class StreamMapper:
             return
         if view.error is not None or view.object == "error" or view.usage is not None:
             return
-        choice = next((c for c in view.choices if c.index == 0), None)
-        if choice is None or choice.finish_reason is not None:
+        for choice in view.choices:
+            if choice.index == 0:
+                break
+        else:
+            return
+        if choice.finish_reason is not None:
             return
         delta = choice.delta
         if (delta is None or delta.content != _PROBE_TEXT or delta.tool_calls is not None
@@ -359,23 +363,23 @@ class StreamMapper:
 
     def _usage(self, usage: Usage, events: list[StreamEvent]) -> None:
         # An error stays the last event; usage still counts what was generated.
-        at = len(events) - 1 if self.phase is Phase.FAILED else len(events)
+        at = len(events) - 1 if self.phase is _FAILED else len(events)
         events.insert(at, UsageReport(usage=usage))
 
     def close(self) -> StreamChunk | None:
         """End of the byte stream: an error chunk unless the stream had finished."""
-        if self.ended or self.phase is Phase.FINISHED:
+        if self.ended or self.phase is _FINISHED:
             return None
         return self._fail(UpstreamProtocolError("upstream stream ended without a finish_reason"))
 
     def fail(self, error: GatewayError) -> StreamChunk | None:
         """A transport failure mid-stream; ignored once choice 0 has finished."""
-        if self.ended or self.phase is Phase.FINISHED:
+        if self.ended or self.phase is _FINISHED:
             return None
         return self._fail(error)
 
     def _fail(self, error: GatewayError) -> StreamChunk:
-        self.phase = Phase.FAILED
+        self.phase = _FAILED
         return StreamChunk(events=[error_event(error)])
 
     def _choice(self, choice: ChunkChoice, events: list[StreamEvent]) -> None:
@@ -390,10 +394,10 @@ class StreamMapper:
                 for position, call in enumerate(delta.tool_calls):
                     self._tool_call(call, position, events)
         reason = choice.finish_reason
-        if reason is not None and self.phase is Phase.OPEN:
+        if reason is not None and self.phase is _OPEN:
             finish = map_finish(reason, choice.stop_reason, bool(self._tools))
             events.append(finish)
-            self.phase = Phase.FAILED if isinstance(finish, StreamError) else Phase.FINISHED
+            self.phase = _FAILED if isinstance(finish, StreamError) else _FINISHED
 
     def _tool_call(self, call: ToolCallDelta, position: int, events: list[StreamEvent]) -> None:
         index = call.index if call.index is not None else position
