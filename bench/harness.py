@@ -32,7 +32,7 @@ import report
 import targets as t
 
 MODES = {  # duration, warm-up, ttft window (seconds), rounds, concurrency
-    "full": (5.0, 1.0, 2.0, 2, [1, 16, 64]),
+    "full": (5.0, 1.0, 2.0, 3, [1, 16, 64]),
     "quick": (2.0, 1.0, 1.0, 1, [1, 16, 64]),
     "smoke": (0.3, 0.0, 0.0, 1, [4]),
 }
