@@ -146,7 +146,8 @@ class ChatService:
             else:
                 lease = entry  # type: ignore[assignment]
                 slots.admitted(span, started, record, None, "admitted")
-            lost = lease.lost  # only a shared ledger can lose a lease (fencing)
+            # Only a shared ledger can lose a lease (fencing); no look per read at one that cannot.
+            lost = lease.lost if lease.losable else None
             meter = turn.meter
             turn.reached_upstream = True
             try:
@@ -157,7 +158,7 @@ class ChatService:
                     if wish.chain:
                         await affinity.granted(upstream, wish, lease)
                     async for batch in batches:
-                        if lost.is_set():
+                        if lost is not None and lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
                         meter.feed_batch(batch)
                         yield batch

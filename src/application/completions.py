@@ -80,7 +80,7 @@ class CompletionService:
             wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
             lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
                                                     wish.max_extra)
-            lost, meter = lease.lost, turn.meter
+            lost, meter = lease.lost if lease.losable else None, turn.meter  # see ChatService.stream
             turn.reached_upstream = True
             try:
                 opener = functools.partial(self._upstreams[upstream].open_text_stream, request)
@@ -88,7 +88,7 @@ class CompletionService:
                     if wish.chain:
                         await affinity.granted(upstream, wish, lease)
                     async for batch in batches:
-                        if lost.is_set():
+                        if lost is not None and lost.is_set():
                             raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
                         meter.feed_batch(batch)
                         yield batch

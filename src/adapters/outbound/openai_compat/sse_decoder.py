@@ -25,18 +25,16 @@ class SseOverflow(ValueError):
 
 
 class SseDecoder:
-    __slots__ = ("_buf", "_limit", "_multiline", "_scan")
+    __slots__ = ("_buf", "_limit", "_multiline", "_scan", "pending")
 
     def __init__(self, max_event_bytes: int = 16 * 1024 * 1024) -> None:
         self._buf = bytearray()
         self._scan = 0  # where the search for the next line end resumes
         self._multiline = False  # the pending event already has a complete line
         self._limit = max_event_bytes
-
-    @property
-    def pending(self) -> int:
-        """Bytes of an event not yet terminated (what EOF would discard)."""
-        return len(self._buf)
+        # Bytes of an event not yet terminated (what EOF would discard): an attribute, read per
+        # upstream read (a property costs a call), set where the buffer changes (`feed`).
+        self.pending = 0
 
     def feed(self, data: bytes) -> list[bytes]:
         """The `data` payloads of every event completed by `data`, in order."""
@@ -73,6 +71,7 @@ class SseDecoder:
             nl = buf.find(_LF, nxt)
         if start:
             del buf[:start]
+        self.pending = len(buf)
         if len(buf) > self._limit:
             raise SseOverflow(f"SSE event larger than {self._limit} bytes")
         self._scan = nl - start if nl >= 0 else len(buf)
