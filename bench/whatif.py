@@ -263,7 +263,7 @@ def main() -> int:
     unknown = set(wanted) - set(PATCHES)
     if unknown:
         raise SystemExit(f"whatif: unknown {sorted(unknown)}; known: {', '.join(PATCHES)}")
-    if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): the GC settings and the probe
+    if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): the GC settings, the probe, the profiler
         import runpy
 
         for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report", "loop-lag", "cprofile"}:

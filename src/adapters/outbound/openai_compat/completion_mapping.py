@@ -24,14 +24,13 @@ from domain.canonical import (
 from domain.completions import Completion, Embeddings
 from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
 
-from .sse_decoder import payload_of
+from .sse_decoder import blocks_of, payload_of
 from .stream_mapping import Phase, error_event, map_finish
 from .wire import EMBEDDINGS_DECODER, TEXT_DECODER, ErrorFields, UsageView
 
 COMPLETION_FORMAT = "openai-completion"
 EMBEDDINGS_FORMAT = "openai-embeddings"
 _DONE = b"[DONE]"
-_END = b"\n\n"  # an SSE event's end
 
 
 def _usage(view: UsageView | None) -> Usage:
@@ -127,9 +126,7 @@ class TextStreamMapper:
     def feed_events(self, data: bytes) -> ChunkBatch:
         """Each whole event's payload as `feed` maps it, up to a failure."""
         batch: ChunkBatch = []
-        blocks = data.split(_END)
-        blocks.pop()  # the empty rest after the last event's end
-        for block in blocks:
+        for block in blocks_of(data):
             payload = payload_of(block)
             chunk = self.feed(payload) if payload is not None else None
             if chunk is not None:

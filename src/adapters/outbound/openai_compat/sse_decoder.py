@@ -88,6 +88,14 @@ def whole_events(data: bytes) -> bool:
     return data[:6] == _FAST_PREFIX and data[-2:] == _END and data[-3] != 10 and 13 not in data  # no CR
 
 
+def blocks_of(data: bytes) -> list[bytes]:
+    """The blocks of a read `whole_events` accepts (lines without the blank line that ends
+    them); a block may be empty (an extra blank line) or hold several lines."""
+    blocks = data.split(_END)
+    blocks.pop()  # the empty rest after the last event's end
+    return blocks
+
+
 def payload_of(block: bytes) -> bytes | None:
     """`parse_event`, with the usual block (one `data: ` line) taken by a slice."""
     if block[:6] == _FAST_PREFIX and 10 not in block:  # no LF (`10 in` is a memchr; `b"\n" in` is not)
