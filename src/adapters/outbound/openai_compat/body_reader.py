@@ -33,8 +33,8 @@ log = logging.getLogger("gateway.upstream")
 class BodyReader:
     """Reads one response's body; `close()` when done with it (drops the timer)."""
 
-    __slots__ = ("_beat_at", "_beating", "_handle", "_heartbeat", "_idle", "_loop", "_name", "_quiet", "_reading",
-                 "_resp", "_since", "_task", "expired")  # fmt: skip
+    __slots__ = ("_beat_at", "_beating", "_handle", "_heartbeat", "_idle", "_loop", "_name", "_quiet", "_resp",
+                 "_since", "_task", "expired", "reading")  # fmt: skip
 
     def __init__(self, resp: aiohttp.ClientResponse, idle: float, name: str, heartbeat: float | None = None) -> None:
         self._resp = resp
@@ -43,7 +43,7 @@ class BodyReader:
         self._heartbeat = heartbeat
         self._loop = asyncio.get_running_loop()
         self._handle: asyncio.TimerHandle | None = None
-        self._reading = False
+        self.reading = False
         self._since = 0.0  # when the pending read began, or the silence (`_quiet`) that it continues
         self._quiet = False  # the last read ended in a heartbeat: the body is still silent
         self._beat_at = 0.0  # when the pending read is due a heartbeat
@@ -53,9 +53,10 @@ class BodyReader:
 
     def start(self) -> Awaitable[bytes]:
         """Begin a read: aiohttp's own awaitable of what arrives next (b"" at the body's end), with
-        no coroutine of ours around it (a stream reads once per token). Call `done()` once it
-        ended, however; an `aiohttp.ClientError` it raises becomes `failure(exc)`, a
-        `CancelledError` is first offered to `beat()`."""
+        no coroutine of ours around it (a stream reads once per token). Set `reading` False once
+        it ended, however (an attribute, not a method: a call less per token); an
+        `aiohttp.ClientError` it raises becomes `failure(exc)`, a `CancelledError` is first
+        offered to `beat()`."""
         now = self._loop.time()
         if self._quiet:
             self._quiet = False
@@ -69,17 +70,14 @@ class BodyReader:
         if self._handle is None:
             due = self._since + self._idle
             self._handle = self._loop.call_at(due if heartbeat is None else min(due, self._beat_at), self._check)
-        self._reading = True
+        self.reading = True
         return self._resp.content.readany()
-
-    def done(self) -> None:
-        self._reading = False
 
     def beat(self) -> bool:
         """After a read raised `CancelledError`: True when that was this reader's heartbeat and
         nothing else cancels the task (the cancellation is taken back; read again after the
         keep-alive), False for a cancellation to let through."""
-        self._reading = False
+        self.reading = False
         if not self._beating:
             return False
         self._beating = False
@@ -106,11 +104,11 @@ class BodyReader:
         except aiohttp.ClientError as exc:
             raise self.failure(exc) from exc
         finally:
-            self._reading = False
+            self.reading = False
 
     def _check(self) -> None:
         self._handle = None
-        if not self._reading:
+        if not self.reading:
             return  # the next read sets the timer again
         due = self._since + self._idle
         now = self._loop.time()

@@ -30,13 +30,13 @@ _DONE_GRACE = 1.0  # after [DONE], how long the body's end may take before the c
 
 class Reader(Protocol):
     """The body's reads (`BodyReader`): `start()` gives the next bytes' awaitable (b"" at the
-    body's end), each wait bounded; `done()` after it; `failure(exc)` is the domain error of an
-    aiohttp error it raised; `beat()` whether a cancellation it raised was the heartbeat's;
-    `close()` when the response is done."""
+    body's end), each wait bounded; `reading` set False after it; `failure(exc)` is the domain
+    error of an aiohttp error it raised; `beat()` whether a cancellation it raised was the
+    heartbeat's; `close()` when the response is done."""
+
+    reading: bool  # a read is pending: True from `start()` until its reader sets it False
 
     def start(self) -> Awaitable[bytes]: ...
-
-    def done(self) -> None: ...
 
     def beat(self) -> bool: ...
 
@@ -90,18 +90,26 @@ class ChunkStream:
             try:
                 data = await reader.start()  # aiohttp's awaitable itself: one coroutine less per read
             except aiohttp.ClientError as exc:
-                reader.done()
+                reader.reading = False
                 batch = self._end([], mapper.fail(reader.failure(exc)))
             except asyncio.CancelledError:
                 if reader.beat():
                     return []  # the heartbeat: nothing came for that long (the module doc)
                 raise
             except BaseException:
-                reader.done()
+                reader.reading = False
                 raise
             else:
-                reader.done()
-                batch = self._batch(data) if data else self._end([], mapper.close())
+                reader.reading = False
+                if not data:
+                    batch = self._end([], mapper.close())
+                else:
+                    if not self._decoder.pending:
+                        # `_batch`'s first look written out: a paced stream reads one token at a time
+                        token = mapper.token_read(data)
+                        if token is not None:
+                            return token
+                    batch = self._events(data)
             if batch:
                 return batch
         raise StopAsyncIteration
@@ -119,12 +127,17 @@ class ChunkStream:
     def _batch(self, data: bytes) -> ChunkBatch:
         """The chunks of one upstream read (maybe none); a failure as the last chunk. Once the
         mapper has ended (`[DONE]` or a failure), so has the stream."""
+        if not self._decoder.pending:
+            token = self._mapper.token_read(data)  # a paced stream's read: one token
+            if token is not None:
+                return token
+        return self._events(data)
+
+    def _events(self, data: bytes) -> ChunkBatch:
+        """`_batch` for a read that is not one token of the learnt shape."""
         mapper = self._mapper
         decoder = self._decoder
         if not decoder.pending:
-            token = mapper.token_read(data)  # a paced stream's read: one token
-            if token is not None:
-                return token
             if whole_events(data):  # the usual read
                 chunks = mapper.feed_events(data)
                 if mapper.ended:
