@@ -133,6 +133,17 @@ class _ByModel(Mapping[str, int]):
             raise KeyError(model) from None
         return self._values[upstream]
 
+    def get(self, model: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        """`Mapping.get` without its `__getitem__` and `KeyError` round trip: the edge reads two
+        of these per request, almost always for an exact model name."""
+        upstream = self._router._by_model.get(model)
+        if upstream is None:
+            try:
+                upstream = self._router.resolve(model).upstream
+            except (ModelNotFound, AmbiguousModel):
+                return default
+        return self._values.get(upstream, default)
+
     def __iter__(self) -> Iterator[str]:
         return (m for m in self._router.models() if self._router.upstream_for(m) in self._values)
 

@@ -107,3 +107,22 @@ def test_a_name_two_upstreams_claim_is_refused_not_guessed() -> None:
     router._patterns.append((re.compile("x-.*"), "b"))  # simulate the slip
     with pytest.raises(AmbiguousModel, match="'a' and 'b'"):
         router.resolve("x-1")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("reasoning-v2", 8), ("claude-opus-4", 8), ("qwen2.5:3b-instruct", None), ("claude-haiku-4", None),
+     ("gpt-4o", None)],
+)
+def test_a_per_model_setting_is_its_upstreams(name: str, expected: int | None) -> None:
+    """`get` (read per request) answers what `[]` and `in` answer: an exact name or an alias
+    finds its upstream's value; an upstream without one, or an unknown name, has none."""
+    per_model = ModelRouter(MODELS, ALIASES).per_model({"reasoning": 8})
+    assert per_model.get(name) == expected
+    assert per_model.get(name, -1) == (-1 if expected is None else expected)
+    assert (name in per_model) == (expected is not None)
+    if expected is not None:
+        assert per_model[name] == expected
+    else:
+        with pytest.raises(KeyError):
+            per_model[name]
