@@ -72,14 +72,23 @@ def decode_completion(body: bytes, request_id: str = "", limits: InputLimits = _
     if cap is not None and wire.max_tokens is not None and wire.max_tokens > cap:
         raise too_many_tokens(wire.max_tokens, cap, wire.model, "max_tokens")
     stop = wire.stop
+    # At most 15 keywords (see `mapping.decode_request`); the members few clients send after, when sent.
     request = CompletionRequest(
-        model=wire.model, prompt=prompts, suffix=wire.suffix,
-        max_tokens=cap if wire.max_tokens is None else wire.max_tokens,
+        model=wire.model, prompt=prompts, max_tokens=cap if wire.max_tokens is None else wire.max_tokens,
         temperature=wire.temperature, top_p=wire.top_p, stop=[stop] if isinstance(stop, str) else (stop or []),
-        n=wire.n or 1, best_of=wire.best_of, echo=bool(wire.echo), logprobs=wire.logprobs, top_k=wire.top_k,
-        sampling=decode_sampling(wire, limits), user=wire.user,
+        n=wire.n or 1, sampling=decode_sampling(wire, limits), user=wire.user,
         stream=bool(wire.stream), surface="openai", request_id=request_id,
     )
+    if wire.suffix is not None:
+        request.suffix = wire.suffix
+    if wire.best_of is not None:
+        request.best_of = wire.best_of
+    if wire.echo:
+        request.echo = True
+    if wire.logprobs is not None:
+        request.logprobs = wire.logprobs
+    if wire.top_k is not None:
+        request.top_k = wire.top_k
     options = wire.stream_options
     return CompletionCall(request=request, include_usage=bool(options and options.include_usage))
 

@@ -118,13 +118,14 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
     stop = _stop(wire.stop, limits)
     options = wire.stream_options
     max_tokens = _max_tokens(wire, limits.max_output_tokens.get(wire.model))
+    # At most 15 keywords: CPython compiles a call with more to build a dict of them first (about
+    # 7k instructions more per request); the members few clients send are set after, when sent.
     chat = ChatRequest(
         model=wire.model,
         messages=decode_messages(wire.messages, limits),
         max_tokens=max_tokens,
         temperature=wire.temperature,
         top_p=wire.top_p,
-        top_k=wire.top_k,
         stop=stop,
         stream=bool(wire.stream),
         tools=_tools(wire.tools or [], limits),
@@ -133,17 +134,32 @@ def decode_request(body: bytes, request_id: str = "", limits: InputLimits = _DEF
         affinity_key=wire.prompt_cache_key or wire.user or None,
         reasoning=_reasoning(wire),
         sampling=decode_sampling(wire, limits),
-        n=wire.n or 1,
-        best_of=wire.best_of,
-        logprobs=wire.logprobs,
-        top_logprobs=wire.top_logprobs,
-        parallel_tool_calls=wire.parallel_tool_calls if choice is None else None,
-        chat_template_kwargs=template_kwargs(wire.chat_template_kwargs),
-        continuous_usage_stats=options.continuous_usage_stats if options is not None else None,
         surface="openai",
         request_id=request_id,
     )
+    _set_rare_members(chat, wire)
     return OpenAIRequest(chat=chat, include_usage=bool(options and options.include_usage))
+
+
+def _set_rare_members(chat: ChatRequest, wire: w.ChatCompletionRequest) -> None:
+    """The members of `chat` most clients never send, set only when sent (see `decode_request`)."""
+    if wire.top_k is not None:
+        chat.top_k = wire.top_k
+    if wire.n:
+        chat.n = wire.n
+    if wire.best_of is not None:
+        chat.best_of = wire.best_of
+    if wire.logprobs is not None:
+        chat.logprobs = wire.logprobs
+    if wire.top_logprobs is not None:
+        chat.top_logprobs = wire.top_logprobs
+    if wire.parallel_tool_calls is not None and chat.tool_choice is None:
+        chat.parallel_tool_calls = wire.parallel_tool_calls
+    if wire.chat_template_kwargs is not msgspec.UNSET:
+        chat.chat_template_kwargs = template_kwargs(wire.chat_template_kwargs)
+    options = wire.stream_options
+    if options is not None and options.continuous_usage_stats is not None:
+        chat.continuous_usage_stats = options.continuous_usage_stats
 
 
 def _reasoning(wire: w.ChatCompletionRequest) -> ReasoningConfig | None:
