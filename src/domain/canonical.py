@@ -182,6 +182,14 @@ class TextDelta(Struct, tag="text_delta", kw_only=True, gc=False):
     text: str
 
 
+class TextRun(Struct, tag="text_run", kw_only=True, gc=False):
+    """The texts of several `TextDelta`s in a row, as one event: the token frames of one upstream
+    read (`StreamChunk`). Each text is non-empty and is what one `TextDelta` would carry; one
+    object for the run, not one per token (a stream's reads hold many under load)."""
+
+    texts: list[str]
+
+
 class ThinkingDelta(Struct, tag="thinking_delta", kw_only=True, gc=False):
     text: str
 
@@ -221,6 +229,7 @@ class StreamError(Struct, tag="error", kw_only=True, gc=False):
 StreamEvent = (
     MessageStart
     | TextDelta
+    | TextRun
     | ThinkingDelta
     | ToolCallStart
     | ToolArgsDelta
@@ -232,7 +241,8 @@ StreamEvent = (
 
 class StreamChunk(Struct, kw_only=True, gc=False):
     """What one upstream frame decoded to, with the frame itself, or a run of plain token
-    frames of one read (one `TextDelta` per non-empty text, the frames as one `native`).
+    frames of one read (their non-empty texts as one `TextRun`, or one `TextDelta` for one
+    text; the frames as one `native`).
 
     One frame may carry several events (a finish and usage, say) or none (a keep-alive).
     `native` lets a dialect with the upstream's wire format relay the frame untouched.

@@ -20,6 +20,7 @@ from domain.canonical import (
     StreamChunk,
     TextDelta,
     TextPart,
+    TextRun,
     ThinkingDelta,
     ThinkingPart,
     ToolArgsDelta,
@@ -106,6 +107,8 @@ class UsageMeter:
                 kind = type(event)
                 if kind is TextDelta or kind is ThinkingDelta or kind is ToolArgsDelta:
                     self._deltas += 1
+                elif kind is TextRun:
+                    self._deltas += len(event.texts)  # type: ignore[union-attr]
                 elif kind is UsageReport:
                     self.reported = event.usage  # type: ignore[union-attr]
 

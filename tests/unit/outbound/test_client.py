@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from tests.support.events import flat_events
 
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from domain.canonical import (
@@ -221,7 +222,7 @@ async def test_complete_maps_the_answer(up: Upstream) -> None:
 
 async def test_stream_yields_canonical_chunks(up: Upstream) -> None:
     chunks = await collect(up.client(), request("stream"))
-    events = [e for c in chunks for e in c.events]
+    events = flat_events(chunks)
     texts = [e for e in events if isinstance(e, TextDelta)]
     assert texts == [TextDelta(text="Hello"), TextDelta(text=" there"), TextDelta(text="!")]
     assert Finish(reason="end_turn") in events

@@ -16,12 +16,13 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.events import flat_events
 
 from adapters.inbound.openai.stream import ChunkWriter
 from adapters.outbound.openai_compat.chunk_stream import ChunkStream
 from adapters.outbound.openai_compat.sse_decoder import SseDecoder, whole_events
 from adapters.outbound.openai_compat.stream_mapping import TOKEN_FRAMES_FORMAT, Phase, StreamMapper
-from domain.canonical import NativePayload, StreamChunk, TextDelta
+from domain.canonical import NativePayload, StreamChunk, TextDelta, TextRun
 
 _ID = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":'
 _ROLE = _ID + b'[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
@@ -88,7 +89,7 @@ def _sent(chunks: list[StreamChunk], model: str) -> bytes:
 def _same(reads: list[bytes]) -> list[StreamChunk]:
     fast, fast_mapper = _fast(reads)
     slow, slow_mapper = _reference(reads)
-    assert [event for chunk in fast for event in chunk.events] == [event for chunk in slow for event in chunk.events]
+    assert flat_events(fast) == flat_events(slow)  # a run's `TextRun`: the `TextDelta`s of its payloads
     assert fast_mapper.phase is slow_mapper.phase
     for model in ("up", "alias"):  # as asked; renamed for a client that used an alias
         assert _sent(fast, model) == _sent(slow, model)
@@ -119,7 +120,7 @@ def test_a_read_of_tokens_is_one_chunk_relayed_as_the_upstream_wrote_it() -> Non
     run = chunks[2]
     assert run.native is not None and run.native.format == TOKEN_FRAMES_FORMAT
     assert run.native.data == b"".join(tokens[1:])  # the empty text is relayed, not an event
-    assert run.events == [TextDelta(text="b\n"), TextDelta(text="c")]
+    assert run.events == [TextRun(texts=["b\n", "c"])]  # one object for the run's texts
 
 
 def test_a_malformed_token_in_a_run_fails_the_stream_where_it_stands() -> None:
@@ -127,7 +128,7 @@ def test_a_malformed_token_in_a_run_fails_the_stream_where_it_stands() -> None:
     read = token * 2 + b"data: " + _HEAD + b'"a" "b"' + _TAIL + b"\n\n" + token
     chunks = _same([b"data: " + _ROLE + b"\n\n" + token, read])
     assert chunks[-1].events[0].kind == "upstream-protocol-error"  # type: ignore[union-attr]
-    assert [type(event) for event in chunks[-2].events] == [TextDelta, TextDelta]
+    assert chunks[-2].events == [TextRun(texts=["ok", "ok"])]
 
 
 def test_a_shape_seen_across_two_data_lines_is_not_learnt() -> None:
@@ -161,7 +162,7 @@ def test_a_read_with_something_pending_takes_the_general_parse() -> None:
     token = b"data: " + _HEAD + b'"b"' + _TAIL + b"\n\n"
     first = b"data: " + _ROLE + b"\n\n" + token + token[:20]  # the shape is learnt; a token's start waits
     chunks = _same([first, token[20:] + token, b"data: " + _FINISH + b"\n\ndata: [DONE]\n\n"])
-    assert [type(event).__name__ for chunk in chunks for event in chunk.events] == [
+    assert [type(event).__name__ for event in flat_events(chunks)] == [
         "MessageStart", "TextDelta", "TextDelta", "TextDelta", "Finish"]
 
 
@@ -171,7 +172,7 @@ def test_events_between_tokens_and_after_blank_lines_keep_their_place() -> None:
     read = (token + b": ping\n\n" + token + b"\n\n" + token + b"event: chunk\ndata: " + _HEAD + b'"n"' + _TAIL
             + b"\n\n" + token + two_lines + token)
     chunks = _same([b"data: " + _ROLE + b"\n\n" + token, read, b"data: " + _FINISH + b"\n\ndata: [DONE]\n\n"])
-    texts = [event.text for chunk in chunks for event in chunk.events if isinstance(event, TextDelta)]
+    texts = [event.text for event in flat_events(chunks) if isinstance(event, TextDelta)]
     assert texts == ["t", "t", "t", "t", "n", "t", "m", "t"]  # "n" and "m": events of other shapes, decoded
     # A token whose part holds more (a comment, a blank line, another field: an LF) is mapped as its
     # payload (`feed`), one followed by the next event's `data: ` line joins a run of frames.

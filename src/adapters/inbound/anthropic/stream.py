@@ -27,6 +27,7 @@ from domain.canonical import (
     StreamError,
     StreamEvent,
     TextDelta,
+    TextRun,
     ThinkingDelta,
     ToolArgsDelta,
     ToolCallStart,
@@ -195,6 +196,14 @@ class AnthropicStream:
                 self._open(Phase.TEXT, _TEXT_BLOCK, out)
             out.append(self._delta + _encode(event.text) + _END_DELTA)
 
+    def _on_text_run(self, event: TextRun, out: list[bytes]) -> None:
+        """`_on_text` for each of the run's texts (none is empty), the block opened once."""
+        if self._writable():
+            if self.phase is not Phase.TEXT:
+                self._open(Phase.TEXT, _TEXT_BLOCK, out)
+            head = self._delta
+            out += [b"".join((head, _encode(text), _END_DELTA)) for text in event.texts]
+
     def _on_thinking(self, event: ThinkingDelta, out: list[bytes]) -> None:
         if event.text and self._writable():
             if self.phase is not Phase.THINKING:
@@ -279,6 +288,7 @@ class AnthropicStream:
 _HANDLERS: dict[type, Callable[[AnthropicStream, Any, list[bytes]], None]] = {
     MessageStart: AnthropicStream._on_start,
     TextDelta: AnthropicStream._on_text,
+    TextRun: AnthropicStream._on_text_run,
     ThinkingDelta: AnthropicStream._on_thinking,
     ToolCallStart: AnthropicStream._on_tool_start,
     ToolArgsDelta: AnthropicStream._on_tool_args,

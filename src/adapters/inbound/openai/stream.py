@@ -23,6 +23,7 @@ from domain.canonical import (
     StreamError,
     StreamEvent,
     TextDelta,
+    TextRun,
     ThinkingDelta,
     ToolArgsDelta,
     ToolCallStart,
@@ -157,6 +158,8 @@ class ChunkWriter:
     def _encode(self, event: StreamEvent) -> bytes:
         if isinstance(event, TextDelta):
             return self._delta(w.Delta(content=event.text))
+        if isinstance(event, TextRun):  # only relayed as frames (TOKEN_FRAMES_FORMAT): never here in practice
+            return b"".join([self._delta(w.Delta(content=text)) for text in event.texts])
         if isinstance(event, ThinkingDelta):
             return self._delta(w.Delta(reasoning=event.text))
         if isinstance(event, ToolCallStart):

@@ -39,6 +39,7 @@ from domain.canonical import (
     StreamError,
     StreamEvent,
     TextDelta,
+    TextRun,
     ThinkingDelta,
     ToolArgsDelta,
     ToolCallStart,
@@ -47,7 +48,7 @@ from domain.canonical import (
 )
 
 NO_FINISH = "The upstream ended the stream without a finish reason."
-_OUTPUT = frozenset({TextDelta, ThinkingDelta, ToolCallStart, ToolArgsDelta})
+_OUTPUT = frozenset({TextDelta, TextRun, ThinkingDelta, ToolCallStart, ToolArgsDelta})
 # OpenAI's codes that clients act on (Codex compacts its history on `context_length_exceeded`).
 _ERROR_CODES = {"context-length-exceeded": "context_length_exceeded", "rate-limited": "rate_limit_exceeded"}
 
@@ -131,6 +132,8 @@ class ResponseStream:
             if kind is TextDelta:
                 if event.text:  # type: ignore[union-attr]  # an empty delta opens no item
                     out.append(self._text(event.text))  # type: ignore[union-attr]
+            elif kind is TextRun:
+                out += [self._text(text) for text in event.texts]  # type: ignore[union-attr]
             elif kind is ThinkingDelta:
                 if event.text:  # type: ignore[union-attr]
                     out.append(self._thinking(event.text))  # type: ignore[union-attr]

@@ -26,8 +26,9 @@ Reads usually hold whole events (`sse_decoder.whole_events`), under load many pe
 `feed_events` maps every token event of the learnt shape (`data: ` and the same bytes) the same
 way without parsing the event, and puts a run of them in one chunk whose native payload is the
 run's frames as they came (`TOKEN_FRAMES_FORMAT`): an OpenAI-shaped surface relays them as one
-slice, the others read one `TextDelta` per non-empty text, as from single payloads. At a GPU's
-pace a read holds one token event: `token_read` maps it the same way without splitting the read.
+slice, the others read the run's non-empty texts (one `TextRun`, or a `TextDelta` for one text),
+the texts single payloads would give. At a GPU's pace a read holds one token event: `token_read`
+maps it the same way without splitting the read.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from domain.canonical import (
     StreamEvent,
     TextDelta,
     TextPart,
+    TextRun,
     ThinkingDelta,
     ThinkingPart,
     ToolArgsDelta,
@@ -285,7 +287,7 @@ class StreamMapper:
         parts[-1] = parts[-1][:-2]  # and its last blank line
         head = self._head if self.phase is _OPEN else None
         tail, around = self._tail, self._around
-        run: list[StreamEvent] | None = None  # the TextDeltas of the token events since `begun`
+        run: list[str] | None = None  # the non-empty texts of the token events since `begun`
         begun = at = 0  # where the run and the current part's event begin in `data`
         for part in parts:
             size = len(part)
@@ -300,7 +302,7 @@ class StreamMapper:
                         if run is None:
                             run, begun = [], at
                         if text:
-                            run.append(TextDelta(text=text))
+                            run.append(text)
                         at += size + 8  # `data: `, the part, the blank line
                         continue
             if run is not None:
@@ -421,9 +423,14 @@ class StreamMapper:
             events.append(ToolArgsDelta(index=index, json_fragment=args))
 
 
-def _run_chunk(texts: list[StreamEvent], frames: bytes) -> StreamChunk:
-    """A run of token events: their `TextDelta`s, their frames as they came."""
-    return StreamChunk(events=texts, native=NativePayload(format=TOKEN_FRAMES_FORMAT, data=frames))
+def _run_chunk(texts: list[str], frames: bytes) -> StreamChunk:
+    """A run of token events: their texts (one object for them all, not a `TextDelta` each: a
+    `TextDelta` for one, as `token_read` gives), their frames as they came."""
+    if len(texts) > 1:
+        events: list[StreamEvent] = [TextRun(texts=texts)]
+    else:
+        events = [TextDelta(text=texts[0])] if texts else []
+    return StreamChunk(events=events, native=NativePayload(format=TOKEN_FRAMES_FORMAT, data=frames))
 
 
 def _string_end(data: bytes, start: int) -> int:
