@@ -287,15 +287,15 @@ class StreamMapper:
         parts[-1] = parts[-1][:-2]  # and its last blank line
         head = self._head if self.phase is _OPEN else None
         tail, around = self._tail, self._around
-        run: list[str] | None = None  # the non-empty texts of the token events since `begun`
-        begun = at = 0  # where the run and the current part's event begin in `data`
+        decode = STRING_DECODER.decode
+        run: list[str] | None = None  # the non-empty texts of the token events since parts[begun]
+        begun = at = 0  # where the run begins in `parts`, and the current part
         for part in parts:
-            size = len(part)
             if head is not None:
                 raw = part.removeprefix(head).removesuffix(tail)  # see `feed`
-                if len(raw) == size - around:
+                if len(raw) == len(part) - around:
                     try:
-                        text = STRING_DECODER.decode(raw)  # one JSON string: no LF in it, so one event
+                        text = decode(raw)  # one JSON string: no LF in it, so one event
                     except msgspec.DecodeError:
                         pass
                     else:
@@ -303,12 +303,12 @@ class StreamMapper:
                             run, begun = [], at
                         if text:
                             run.append(text)
-                        at += size + 8  # `data: `, the part, the blank line
+                        at += 1
                         continue
             if run is not None:
-                batch.append(_run_chunk(run, data[begun:at]))
+                batch.append(_run_chunk(run, parts[begun:at]))
                 run = None
-            at += size + 8
+            at += 1
             if 10 in part:  # an LF (`10 in` is a memchr): lines or events after the `data: ` line
                 blocks = (_DATA + part).split(_END)
                 payloads = [payload for block in blocks if (payload := payload_of(block)) is not None]
@@ -324,7 +324,7 @@ class StreamMapper:
             head = self._head if self.phase is _OPEN else None
             tail, around = self._tail, self._around
         if run is not None:
-            batch.append(_run_chunk(run, data[begun:at]))
+            batch.append(_run_chunk(run, parts[begun:at]))
         return batch
 
     def _learn_shape(self, payload: bytes) -> None:
@@ -423,9 +423,11 @@ class StreamMapper:
             events.append(ToolArgsDelta(index=index, json_fragment=args))
 
 
-def _run_chunk(texts: list[str], frames: bytes) -> StreamChunk:
+def _run_chunk(texts: list[str], payloads: list[bytes]) -> StreamChunk:
     """A run of token events: their texts (one object for them all, not a `TextDelta` each: a
-    `TextDelta` for one, as `token_read` gives), their frames as they came."""
+    `TextDelta` for one, as `token_read` gives), their frames as they came (each token event
+    is `data: `, its payload and a blank line: no other line, no CR)."""
+    frames = b"".join((_DATA, _NEXT_DATA.join(payloads), _END))
     if len(texts) > 1:
         events: list[StreamEvent] = [TextRun(texts=texts)]
     else:
