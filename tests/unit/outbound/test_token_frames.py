@@ -10,6 +10,7 @@ events are cut into reads and whatever the payloads hold, valid or not.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Awaitable
 from typing import Any, cast
 
 import msgspec
@@ -57,12 +58,49 @@ def _events_of(body: list[bytes]) -> list[bytes]:
     return [b"data: " + _ROLE, *body, b"data: " + _FINISH, b"data: " + _USAGE, b"data: [DONE]"]
 
 
+class _Reads:
+    """`ChunkStream`'s `Reader` over reads already there: one per `start()`, b"" once they are
+    over (the body's end); nothing ever waits."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self._reads = iter(reads)
+        self.reading = False
+
+    def start(self) -> Awaitable[bytes]:
+        self.reading = True
+        return _ready(next(self._reads, b""))
+
+    def beat(self) -> bool:
+        return False
+
+    def failure(self, exc: Exception) -> Any:
+        raise AssertionError(exc)
+
+    def close(self) -> None:
+        pass
+
+
+async def _ready(data: bytes) -> bytes:
+    return data
+
+
+def _streamed(reads: list[bytes], mapper: Any) -> list[StreamChunk]:
+    """What `ChunkStream` makes of the reads, through its `__anext__`: with reads that never
+    wait, each call runs to its end on its first step (no event loop needed)."""
+    stream = ChunkStream(cast(Any, None), _Reads(reads), mapper)
+    chunks: list[StreamChunk] = []
+    while True:
+        try:
+            stream.__anext__().send(None)
+        except StopIteration as batch:
+            chunks += batch.value
+        except StopAsyncIteration:
+            return chunks
+
+
 def _fast(reads: list[bytes]) -> tuple[list[StreamChunk], StreamMapper]:
-    """What `ChunkStream` makes of the reads."""
     mapper = StreamMapper()
-    stream = ChunkStream(cast(Any, None), cast(Any, None), mapper)
-    chunks = [chunk for data in reads for chunk in stream._batch(data)]
-    return chunks, mapper
+    return _streamed(reads, mapper), mapper
 
 
 def _reference(reads: list[bytes]) -> tuple[list[StreamChunk], StreamMapper]:
@@ -195,8 +233,7 @@ def test_a_text_completion_stream_maps_the_same_from_whole_events() -> None:
            + frame(b'{"index":0,"text":"","finish_reason":"stop"}')
            + frame(b"", b',"usage":{"prompt_tokens":1,"completion_tokens":3,"total_tokens":4}') + b"data: [DONE]\n\n")
     for reads in ([raw], [raw[:150], raw[150:]], [bytes([b]) for b in raw]):
-        fast = ChunkStream(cast(Any, None), cast(Any, None), TextStreamMapper())
-        got = [event for data in reads for chunk in fast._batch(data) for event in chunk.events]
+        got = [event for chunk in _streamed(reads, TextStreamMapper()) for event in chunk.events]
         decoder, mapper = SseDecoder(), TextStreamMapper()
         want = [event for data in reads for payload in decoder.feed(data)
                 for chunk in [mapper.feed(payload)] if chunk is not None for event in chunk.events]
@@ -212,11 +249,10 @@ def test_paced_reads_of_one_event_each_map_and_relay_as_payload_by_payload(body:
 
 def test_a_one_token_read_is_mapped_without_a_split() -> None:
     mapper = StreamMapper()
-    stream = ChunkStream(cast(Any, None), cast(Any, None), mapper)
     token = b"data: " + _HEAD + b'"a\\nb"' + _TAIL + b"\n\n"
     empty = b"data: " + _HEAD + b'""' + _TAIL + b"\n\n"
     assert mapper.token_read(token) is None  # nothing learnt yet
-    stream._batch(b"data: " + _ROLE + b"\n\n" + token)  # learns the shape
+    mapper.feed_events(b"data: " + _ROLE + b"\n\n" + token)  # learns the shape
     assert mapper.token_read(token) == [
         StreamChunk(events=[TextDelta(text="a\nb")], native=NativePayload(format=TOKEN_FRAMES_FORMAT, data=token))]
     assert mapper.token_read(empty) == [StreamChunk(events=[], native=NativePayload(format=TOKEN_FRAMES_FORMAT,
@@ -224,7 +260,7 @@ def test_a_one_token_read_is_mapped_without_a_split() -> None:
     for other in (token * 2, token[:-1], token + b"\n", b"data: " + _HEAD + b'"a" "b"' + _TAIL + b"\n\n",
                   b"data: " + _HEAD + b'"a\nb"' + _TAIL + b"\n\n", b"data: " + _FINISH + b"\n\n"):
         assert mapper.token_read(other) is None
-    stream._batch(b"data: " + _FINISH + b"\n\n")
+    mapper.feed_events(b"data: " + _FINISH + b"\n\n")
     assert mapper.token_read(token) is None  # finished: a token now is the full decode's to judge
 
 

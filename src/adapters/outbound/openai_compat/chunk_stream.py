@@ -105,11 +105,10 @@ class ChunkStream:
                     batch = self._end([], mapper.close())
                 else:
                     if not self._decoder.pending:
-                        # `_batch`'s first look written out: a paced stream reads one token at a time
-                        token = mapper.token_read(data)
+                        token = mapper.token_read(data)  # a paced stream's read: one token
                         if token is not None:
                             return token
-                    batch = self._events(data)
+                    batch = self._batch(data)
             if batch:
                 return batch
         raise StopAsyncIteration
@@ -125,16 +124,9 @@ class ChunkStream:
             resp.close()
 
     def _batch(self, data: bytes) -> ChunkBatch:
-        """The chunks of one upstream read (maybe none); a failure as the last chunk. Once the
+        """The chunks of one upstream read that is not one token of the learnt shape (`__anext__`
+        looks for that first, without a call), maybe none; a failure as the last chunk. Once the
         mapper has ended (`[DONE]` or a failure), so has the stream."""
-        if not self._decoder.pending:
-            token = self._mapper.token_read(data)  # a paced stream's read: one token
-            if token is not None:
-                return token
-        return self._events(data)
-
-    def _events(self, data: bytes) -> ChunkBatch:
-        """`_batch` for a read that is not one token of the learnt shape."""
         mapper = self._mapper
         decoder = self._decoder
         if not decoder.pending:
