@@ -29,6 +29,12 @@ measured run only (SIGUSR1 before and after): Python function calls per request 
 functions with the most calls per request, kept in bench/out/cprofile-<target>-<scenario>.pstats.
 Counts, not times, are what to compare (the profiler slows every call alike).
 
+`--opcodes`: the same with whatif's `opcodes` patch: the Python opcodes the target ran per
+request, by package (`src`, `litestar`, `aiohttp`, ...) and by function, kept in
+bench/out/opcodes-<target>-<scenario>.json. Exact and machine-independent like callgrind, but
+per Python function: where ours' own bytecode goes, and that the stack runs the same for ours
+and the ceiling. Very slow (a trace call per opcode): a few hundred requests.
+
 Loopback only; every run bounded in count and time.
 """
 
@@ -53,6 +59,7 @@ import peers
 import targets as t
 
 OUT = Path(__file__).resolve().parent / "out"
+ROOT = OUT.parents[1]  # the project
 SCENARIOS = {  # name: (drive.Scenario, paced?)
     "v1": (drive.SCENARIOS[0], False),
     "v1-stream": (drive.SCENARIOS[1], False),
@@ -156,13 +163,17 @@ class Callgrind:
 
 
 class Profiler:
-    """bench/whatif.py's `cprofile` patch in the target: one SIGUSR1 starts, the next dumps."""
+    """A bench/whatif.py patch in the target that SIGUSR1 switches (`cprofile`, `opcodes`): one
+    signal starts it, the next writes its file."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.out = workdir / "cprofile.pstats"
+    FILES = {"cprofile": ("cprofile.pstats", "WHATIF_PROFILE_FILE"), "opcodes": ("opcodes.json", "WHATIF_OPCODES_FILE")}
+
+    def __init__(self, workdir: Path, patch: str = "cprofile") -> None:
+        name, variable = self.FILES[patch]
+        self.out = workdir / name
         os.environ["BENCH_GATEWAY_PYTHON"] = str(Path(__file__).resolve().parent / "whatif.py")
-        os.environ["WHATIF"] = ",".join(w for w in [os.environ.get("WHATIF", ""), "cprofile"] if w)
-        os.environ["WHATIF_PROFILE_FILE"] = str(self.out)
+        os.environ["WHATIF"] = ",".join(w for w in [os.environ.get("WHATIF", ""), patch] if w)
+        os.environ[variable] = str(self.out)
 
     def begin(self, pid: int) -> None:
         os.kill(pid, signal.SIGUSR1)
@@ -194,6 +205,37 @@ def profile_split(path: Path, per: int, top: int = 40) -> tuple[int, dict[str, f
         calls[f"{name} ({where}:{line})" if where else name] = ncalls / per
     ranked = dict(sorted(calls.items(), key=lambda kv: -kv[1])[:top])
     return total // per, ranked
+
+
+def package_of(filename: str) -> str:
+    """Whose code a code object's file is: `src`, `bench`, a site-packages distribution's top
+    module, `stdlib`, or the name as it is (frozen modules, `<string>`)."""
+    if "/site-packages/" in filename:
+        return filename.split("/site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
+    if filename.startswith(str(ROOT / "src")):
+        return "src"
+    if filename.startswith(str(ROOT / "bench")):
+        return "bench"
+    if "/lib/python3" in filename:
+        return "stdlib"
+    return filename
+
+
+def opcode_split(path: Path, per: int, top: int = 40) -> tuple[int, dict[str, float], dict[str, float]]:
+    """Opcodes per request, per package, and the `top` functions (`file:line name`) by opcodes
+    per request, from whatif's `opcodes` counts."""
+    counts: dict[str, int] = json.loads(path.read_text())
+    by_package: dict[str, float] = {}
+    by_function: dict[str, float] = {}
+    for key, n in counts.items():
+        filename, line, name = key.rsplit(":", 2)
+        package = package_of(filename)
+        by_package[package] = by_package.get(package, 0) + n / per
+        short = filename.split("/site-packages/")[-1].removeprefix(str(ROOT) + "/")
+        by_function[f"{name} ({short}:{line})"] = n / per
+    ranked = dict(sorted(by_function.items(), key=lambda kv: -kv[1])[:top])
+    packages = dict(sorted(by_package.items(), key=lambda kv: -kv[1]))
+    return sum(counts.values()) // per, packages, ranked
 
 
 def split(dump: Path) -> tuple[dict[str, int], dict[str, int]]:
@@ -250,6 +292,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         procs = t.Procs(Path(tmp))
         grind = Callgrind(Path(tmp)) if args.callgrind else None
         profiler = Profiler(Path(tmp)) if args.cprofile else None
+        counter = Profiler(Path(tmp), "opcodes") if args.opcodes else None
         trace = Syscalls(Path(tmp)) if args.syscalls else None
         try:
             stub = t.start_stub(procs, load, tokens, paced.CHUNK_DELAY if is_paced else 0.0)
@@ -276,9 +319,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 send(url, scenario, target, args.warmup if not grind else min(args.warmup, 200),
                      args.concurrency, load)
             t.settle(pids, 30 if grind else 5)
-            for _ in range(1 if grind or trace or profiler else args.repeat):
+            for _ in range(1 if grind or trace or profiler or counter else args.repeat):
                 if profiler:
                     profiler.begin(target.proc.pid)
+                if counter:
+                    counter.begin(target.proc.pid)
                 if grind:
                     grind.begin(target.proc.pid)
                 if trace:
@@ -306,6 +351,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     shutil.copyfile(profiler.end(target.proc.pid), kept)
                     run["calls_per_request"], run["calls_by_function"] = profile_split(kept, max(done, 1))
                     run["profile"] = str(kept)
+                if counter:
+                    kept = OUT / f"opcodes-{args.target}-{args.scenario}.json"
+                    OUT.mkdir(exist_ok=True)
+                    shutil.copyfile(counter.end(target.proc.pid), kept)
+                    run["opcodes_per_request"], run["opcodes_by_package"], run["opcodes_by_function"] = \
+                        opcode_split(kept, max(done, 1))
+                    run["opcodes"] = str(kept)
                 if grind:
                     instructions, dump = grind.end(target.proc.pid)
                     kept = OUT / f"callgrind-{args.target}-{args.scenario}.out"
@@ -356,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="measured runs (callgrind: one)")
     p.add_argument("--pin", choices=["split", "none"], default="split")
     p.add_argument("--callgrind", action="store_true", help="instruction counts under valgrind (slow)")
+    p.add_argument("--opcodes", action="store_true",
+                   help="Python opcodes per request by package and function (bench/whatif.py's `opcodes` "
+                   "patch in the target; very slow: a few hundred requests)")
     p.add_argument("--cprofile", action="store_true",
                    help="Python function calls per request (cProfile in the target; slows it)")
     p.add_argument("--syscalls", action="store_true", help="system calls per request (strace -c; slows the target)")
@@ -387,6 +442,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  Python function calls per {unit}: {r['calls_per_request']:,} ({r['profile']}); the most called:")
             for what, n in r["calls_by_function"].items():
                 print(f"    {n:8.2f}  {what}")
+        if "opcodes_per_request" in r:
+            print(f"  Python opcodes per {unit}: {r['opcodes_per_request']:,} ({r['opcodes']}); by package: "
+                  + ", ".join(f"{k} {v:,.0f}" for k, v in r["opcodes_by_package"].items() if v >= 1))
+            for what, n in r["opcodes_by_function"].items():
+                print(f"    {n:9,.0f}  {what}")
         if "syscalls_per_request" in r:
             calls = r["syscalls_per_request"].items()
             print(f"  system calls per {unit}: " + ", ".join(f"{k} {v:g}" for k, v in calls))

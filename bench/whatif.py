@@ -18,7 +18,7 @@ It stands in for the gateway's interpreter as bench/targets.py runs it (`-m boot
 venv's interpreter (bench/.venv-runtime, built by bench/run) when that exists.
 `cpu_cost.py --callgrind` follows that exec (valgrind `--trace-children=yes`). Given a
 script instead (the ceiling: `peers.ceiling_python()` resolves to this too), only
-`gc-threshold`, `no-gc`, `gc-report`, `loop-lag` and `cprofile` apply.
+`gc-threshold`, `no-gc`, `gc-report`, `loop-lag`, `cprofile` and `opcodes` apply.
 """
 
 from __future__ import annotations
@@ -243,11 +243,53 @@ def _cprofile() -> None:
     signal.signal(signal.SIGUSR1, toggle)
 
 
+def _opcodes() -> None:
+    """Python opcodes executed per code object on the main thread, switched by SIGUSR1 like
+    `cprofile`: the first signal starts counting, the next writes the counts (JSON, keyed
+    `file:first line:name`) to $WHATIF_OPCODES_FILE (default bench/out/opcodes.json) and stops.
+    `cpu_cost.py --opcodes` sends both around its measured run. Exact where a profile is not:
+    the bytecode each function runs per request, ours against the ceiling's (very slow: a
+    trace call per opcode)."""
+    import collections
+    import json
+    import signal
+    from types import FrameType
+
+    path = Path(os.environ.get("WHATIF_OPCODES_FILE", str(ROOT / "bench" / "out" / "opcodes.json")))
+    counts: collections.Counter[str] = collections.Counter()
+    on: list[bool] = []
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        code = frame.f_code
+        key = f"{code.co_filename}:{code.co_firstlineno}:{code.co_name}"
+
+        def count(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[key] += 1
+            return count
+
+        return count
+
+    def toggle(*_: Any) -> None:
+        if on:
+            on.clear()
+            sys.settrace(None)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(counts))
+        else:
+            on.append(True)
+            counts.clear()
+            sys.settrace(trace)  # frames entered or resumed from now on
+
+    signal.signal(signal.SIGUSR1, toggle)
+
+
 PATCHES = {
     "no-guard-copy": _no_guard_copy, "no-trace": _no_trace, "no-lease-watch": _no_lease_watch,
     "no-read-timeout": _no_read_timeout, "no-body-timeout": _no_body_timeout, "no-watch": _no_watch,
     "no-metrics": _no_metrics, "break-cycles": _break_cycles, "gc-threshold": _gc_threshold, "no-gc": _no_gc,
-    "gc-report": _gc_report, "loop-lag": _loop_lag, "cprofile": _cprofile,
+    "gc-report": _gc_report, "loop-lag": _loop_lag, "cprofile": _cprofile, "opcodes": _opcodes,
 }
 
 
@@ -266,7 +308,7 @@ def main() -> int:
     if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): the GC settings, the probe, the profiler
         import runpy
 
-        for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report", "loop-lag", "cprofile"}:
+        for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report", "loop-lag", "cprofile", "opcodes"}:
             PATCHES[name]()
         sys.argv = sys.argv[1:]
         sys.path.insert(0, str(Path(sys.argv[0]).resolve().parent))
