@@ -3,29 +3,10 @@ and by function (where ours' own bytecode goes, against the ceiling's)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-import pytest
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-ROOT = BENCH.parent
-
-
-@pytest.fixture(scope="module")
-def cpu_cost():  # type: ignore[no-untyped-def]
-    """bench/cpu_cost.py, with bench/ on the path only while it imports (its sibling modules)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_cpu_cost", BENCH / "cpu_cost.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_counts_are_split_per_request_by_package_and_function(cpu_cost, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

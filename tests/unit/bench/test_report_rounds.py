@@ -2,28 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-import pytest
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-
-
-@pytest.fixture(scope="module")
-def report():  # type: ignore[no-untyped-def]
-    """bench/report.py, with bench/ on the path only while it imports (its sibling modules)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_report", BENCH / "report.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
 
 def _round(rps: float, background: float) -> dict[str, float]:
     return {"rps": rps, "background_cpu_pct": background, "ok": 1, "errors": 0}
