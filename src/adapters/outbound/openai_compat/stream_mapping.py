@@ -289,8 +289,8 @@ class StreamMapper:
         tail, around = self._tail, self._around
         decode = STRING_DECODER.decode
         run: list[str] | None = None  # the non-empty texts of the token events since parts[begun]
-        begun = at = 0  # where the run begins in `parts`, and the current part
-        for part in parts:
+        begun = 0
+        for at, part in enumerate(parts):
             if head is not None:
                 raw = part.removeprefix(head).removesuffix(tail)  # see `feed`
                 if len(raw) == len(part) - around:
@@ -303,12 +303,10 @@ class StreamMapper:
                             run, begun = [], at
                         if text:
                             run.append(text)
-                        at += 1
                         continue
             if run is not None:
                 batch.append(_run_chunk(run, parts[begun:at]))
                 run = None
-            at += 1
             if 10 in part:  # an LF (`10 in` is a memchr): lines or events after the `data: ` line
                 blocks = (_DATA + part).split(_END)
                 payloads = [payload for block in blocks if (payload := payload_of(block)) is not None]
@@ -324,7 +322,7 @@ class StreamMapper:
             head = self._head if self.phase is _OPEN else None
             tail, around = self._tail, self._around
         if run is not None:
-            batch.append(_run_chunk(run, parts[begun:at]))
+            batch.append(_run_chunk(run, parts[begun:]))
         return batch
 
     def _learn_shape(self, payload: bytes) -> None:
