@@ -24,6 +24,14 @@ only: the kernel's share of a send or a read is not in it; the CPU time is). Slo
 50x): use a few hundred requests. The dump (bench/out/callgrind-<target>-<scenario>.out)
 opens with `callgrind_annotate` for the C-level split (interpreter, msgspec, uvloop, ...).
 
+`--cache-sim`: `--callgrind` with valgrind's cache simulation, its two levels sized as this
+CPU's L1 and L2 (read from /sys: the second level stands for L2, not the last level): misses
+per request of the first level (I1, D1 read and write) and of L2 (IL, DL read and write). The
+instructions a target runs and the cycles it takes part where its code and objects do not fit
+near the core: ours and the ceiling compared by both tell whether the wall clock's ratio is
+instructions or memory (RESULTS.md, issue 21, twelfth pass). The same dump opens with
+`callgrind_annotate --show=DLmr,DLmw --sort=DLmw` for where.
+
 `--cprofile`: the target runs on bench/whatif.py with its `cprofile` patch, switched on for the
 measured run only (SIGUSR1 before and after): Python function calls per request and the
 functions with the most calls per request, kept in bench/out/cprofile-<target>-<scenario>.pstats.
@@ -129,17 +137,53 @@ class Syscalls:
         return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def cache_levels(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> list[str]:
+    """valgrind's `--I1`, `--D1` and `--LL` options for this CPU's L1 and L2 (`size,ways,line`);
+    a level valgrind cannot model (its sets not a power of two) or that /sys does not tell is
+    left to valgrind's own guess."""
+    flags: dict[str, str] = {}
+    for index in sorted(sysfs.glob("index*")):
+        try:
+            level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+            ways = int((index / "ways_of_associativity").read_text())
+            line = int((index / "coherency_line_size").read_text())
+        except (OSError, ValueError):
+            continue
+        octets = int(size[:-1]) * {"K": 1024, "M": 1024 * 1024}[size[-1]] if size[-1] in "KM" else int(size)
+        sets = octets // max(ways * line, 1)
+        if ways <= 0 or sets <= 0 or sets & (sets - 1):
+            continue
+        name = {("1", "Data"): "D1", ("1", "Instruction"): "I1", ("2", "Unified"): "LL"}.get((level, kind))
+        if name:
+            flags[name] = f"--{name}={octets},{ways},{line}"
+    return [flags[name] for name in ("I1", "D1", "LL") if name in flags]
+
+
+def events_of(dump: Path) -> dict[str, int]:
+    """A callgrind dump's totals by event (`events:` names the `summary:` numbers)."""
+    names: list[str] = []
+    with dump.open(errors="replace") as lines:
+        for line in lines:
+            if line.startswith("events:"):
+                names = line.split()[1:]
+            elif line.startswith("summary:"):
+                return dict(zip(names, map(int, line.split()[1:]), strict=False))
+    return {}
+
+
 class Callgrind:
     """callgrind_control on the target: instrumentation on, counters zeroed, dumped."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, cache_sim: bool = False) -> None:
         self.workdir = workdir
         self.control = shutil.which("callgrind_control") or "callgrind_control"
+        self.cache = ("--cache-sim=yes", *cache_levels()) if cache_sim else ()
 
     def wrap(self) -> tuple[str, ...]:
         # --trace-children: an interpreter that is a script re-executing itself (bench/whatif.py)
         return ("valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no", "--trace-children=yes",
-                f"--callgrind-out-file={self.workdir}/callgrind.out.%p")
+                *self.cache, f"--callgrind-out-file={self.workdir}/callgrind.out.%p")
 
     def _run(self, *args: str) -> None:
         subprocess.run([self.control, *args], check=True, capture_output=True, timeout=120)
@@ -290,7 +334,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-cpu-") as tmp:
         procs = t.Procs(Path(tmp))
-        grind = Callgrind(Path(tmp)) if args.callgrind else None
+        grind = Callgrind(Path(tmp), args.cache_sim) if args.callgrind else None
         profiler = Profiler(Path(tmp)) if args.cprofile else None
         counter = Profiler(Path(tmp), "opcodes") if args.opcodes else None
         trace = Syscalls(Path(tmp)) if args.syscalls else None
@@ -371,6 +415,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                            sorted(by_object.items(), key=lambda kv: -kv[1])[:15]},
                                per_function={k: v // per for k, v in
                                              sorted(by_function.items(), key=lambda kv: -kv[1])[:25]})
+                    if args.cache_sim:
+                        run["misses_per_request"] = misses(events_of(kept), per)
                 runs.append(run)
                 print(json.dumps(run), file=sys.stderr, flush=True)
             rss_peak = t.peak_rss_mb(pids)
@@ -393,6 +439,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def misses(events: dict[str, int], per: int) -> dict[str, float]:
+    """Cache misses per request: the first level's (instructions, data read, data written), L2's
+    (the simulation's last level) and their sums."""
+    row = {name: round(events.get(name, 0) / per, 1) for name in ("I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")}
+    row["L1"] = round(row["I1mr"] + row["D1mr"] + row["D1mw"], 1)
+    row["L2"] = round(row["ILmr"] + row["DLmr"] + row["DLmw"], 1)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", choices=["ours", "keyed", "ceiling"], default="ours")
@@ -408,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="measured runs (callgrind: one)")
     p.add_argument("--pin", choices=["split", "none"], default="split")
     p.add_argument("--callgrind", action="store_true", help="instruction counts under valgrind (slow)")
+    p.add_argument("--cache-sim", action="store_true",
+                   help="--callgrind with its cache simulation sized as this CPU's L1 and L2: misses per request")
     p.add_argument("--opcodes", action="store_true",
                    help="Python opcodes per request by package and function (bench/whatif.py's `opcodes` "
                    "patch in the target; very slow: a few hundred requests)")
@@ -420,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     args.streams = max(1, min(args.streams, 1000))
     args.rounds = max(1, min(args.rounds, 20))
     args.repeat = max(1, min(args.repeat, 10))
+    args.callgrind = args.callgrind or args.cache_sim
     if args.callgrind and shutil.which("valgrind") is None:
         print("cpu_cost: --callgrind needs valgrind (apt-get install valgrind)")
         return 2
@@ -447,6 +505,11 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{k} {v:,.0f}" for k, v in r["opcodes_by_package"].items() if v >= 1))
             for what, n in r["opcodes_by_function"].items():
                 print(f"    {n:9,.0f}  {what}")
+        if "misses_per_request" in r:
+            m = r["misses_per_request"]
+            print(f"  cache misses per {unit} (simulated): L1 {m['L1']:,.0f} (I1 {m['I1mr']:,.0f}, D1 read "
+                  f"{m['D1mr']:,.0f}, write {m['D1mw']:,.0f}), L2 {m['L2']:,.0f} (instructions {m['ILmr']:,.0f}, "
+                  f"data read {m['DLmr']:,.0f}, write {m['DLmw']:,.0f})")
         if "syscalls_per_request" in r:
             calls = r["syscalls_per_request"].items()
             print(f"  system calls per {unit}: " + ", ".join(f"{k} {v:g}" for k, v in calls))
