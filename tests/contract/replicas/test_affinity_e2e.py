@@ -54,7 +54,10 @@ async def test_conversations_stay_on_their_replica_and_find_their_prefix_cached(
     where = placement(logs)
     assert len(where.where) == 60
     homes = sorted(where.home(c) for c in range(12))
-    assert set(homes) == {0, 1, 2}, where.summary()  # the first turns spread over the replicas
+    # The first turns spread over the replicas. They share the system prompt, so affinity rightly
+    # prefers the replica that holds it until it has more than one request over the least loaded:
+    # how many replicas they reach depends on how the twelve overlap in time (two or three).
+    assert len(set(homes)) >= 2, where.summary()
     assert where.kept() >= 0.9, where.summary()  # on the replica of the conversation's last turn
     assert where.at_home() >= 0.75, where.summary()  # mostly on its first turn's
     assert where.warm() >= 0.9, where.summary()  # with the whole last turn cached there
