@@ -227,6 +227,19 @@ def comparison_step(record: dict[str, Any], surface: str) -> int:
     return both or record["steps"][0]
 
 
+def pooled(record: dict[str, Any], key: str, step: int) -> dict[str, Any] | None:
+    """`key`'s deciding runs at every step up to `step` (the steps both sides of a comparison
+    passed), their CPU seconds and tokens summed: CPU per 1,000 tokens over all those streams,
+    not one step's (one run moves by a third from one step to the next on this machine)."""
+    wanted = [s for s in record["steps"] if s <= step]
+    cells = [c for s in wanted if (c := final(record, key, s)) is not None and c.get("cpu_s_per_1k_tokens")]
+    if not wanted or len(cells) != len(wanted):
+        return None
+    cpu_s = sum(c["cpu_s"] for c in cells)
+    tokens = sum(c.get("tokens") or round(1000 * c["cpu_s"] / c["cpu_s_per_1k_tokens"]) for c in cells)  # older JSON
+    return {"steps": wanted, "cpu_s": cpu_s, "tokens": tokens, "cpu_s_per_1k_tokens": 1000 * cpu_s / tokens}
+
+
 def summary_cells(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One cell per surface|target at its surface's comparison step (the JSON's `paced`)."""
     cells: dict[str, dict[str, Any]] = {key: {"unavailable": why} for key, why in record["unavailable"].items()}

@@ -33,3 +33,8 @@ def report() -> ModuleType:
 @pytest.fixture(scope="module")
 def cpu_cost() -> ModuleType:
     return load_bench("cpu_cost.py")
+
+
+@pytest.fixture(scope="module")
+def paced() -> ModuleType:
+    return load_bench("paced.py")
