@@ -221,10 +221,16 @@ def final(record: dict[str, Any], key: str, step: int) -> dict[str, Any] | None:
 
 
 def comparison_step(record: dict[str, Any], surface: str) -> int:
-    """Where the CPU per token of the gateway on `surface` and the ceiling compare: the
-    highest step both passed (the same load on both, neither saturated), else the first."""
+    """Up to where the CPU per token of the gateway on `surface` and the ceiling compare
+    (`pooled`): the highest step both passed (the same loads on both, neither saturated),
+    else the first."""
     both = min(record["capacity"].get("/v1|ceiling", 0), record["capacity"].get(f"{surface}|ours", 0))
     return both or record["steps"][0]
+
+
+def compared(record: dict[str, Any], key: str, step: int) -> list[dict[str, Any]]:
+    """`key`'s deciding runs at every step up to `step`: the runs a CPU comparison pools."""
+    return [c for s in record["steps"] if s <= step and (c := final(record, key, s)) is not None]
 
 
 def pooled(record: dict[str, Any], key: str, step: int) -> dict[str, Any] | None:
@@ -232,7 +238,7 @@ def pooled(record: dict[str, Any], key: str, step: int) -> dict[str, Any] | None
     passed), their CPU seconds and tokens summed: CPU per 1,000 tokens over all those streams,
     not one step's (one run moves by a third from one step to the next on this machine)."""
     wanted = [s for s in record["steps"] if s <= step]
-    cells = [c for s in wanted if (c := final(record, key, s)) is not None and c.get("cpu_s_per_1k_tokens")]
+    cells = [c for c in compared(record, key, step) if c.get("cpu_s_per_1k_tokens")]
     if not wanted or len(cells) != len(wanted):
         return None
     cpu_s = sum(c["cpu_s"] for c in cells)

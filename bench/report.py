@@ -152,9 +152,9 @@ def checks(cells: dict[str, Cell], rss: dict[str, float | None], same_interprete
     targets.add("sanity: direct/ours at c64 (/v1, lower of non-stream and stream)",
                 min(direct_over_ours) if direct_over_ours else None, ">=", 2)
     if capacity is not None:
-        used = [paced.final(capacity, key, paced.comparison_step(capacity, key.split("|")[0]))
-                for key in capacity["runs"]]
-        lags = [c["client_lag_p99_ms"] for c in used if c and c.get("client_lag_p99_ms") is not None]
+        used = [cell for key in capacity["runs"]
+                for cell in paced.compared(capacity, key, paced.comparison_step(capacity, key.split("|")[0]))]
+        lags = [c["client_lag_p99_ms"] for c in used if c.get("client_lag_p99_ms") is not None]
         targets.add("sanity: paced client loop lag p99, worst run at the CPU comparison steps",
                     max(lags) if lags else None, "<=", 2, " ms")
     info = Targets()

@@ -50,3 +50,10 @@ def test_the_verdict_is_the_pooled_ratio_and_names_the_top_step_alone(report: Mo
     assert llm["measured"] == pytest.approx((0.7 + 1.4) / (0.4 + 1.0))  # 1.5x (200 alone: 1.4x)
     assert llm["status"] == "met"
     assert "100-200 streams" in llm["text"]
+
+
+def test_the_compared_runs_are_each_steps_deciding_one(paced: ModuleType) -> None:
+    record = _record()
+    runs = paced.compared(record, "/v1|ours", 300)
+    assert [(c["step"], c["cpu_s"]) for c in runs] == [(100, 0.6), (200, 1.3), (300, 1.9)]  # not the failed 3.0
+    assert paced.compared(record, "/llm|ours", 400) == record["runs"]["/llm|ours"]  # it has no run at 400
