@@ -111,7 +111,8 @@ class Processes:
     def _spawn_on_free_port(self, start: Callable[[int], Proc], port: int | None) -> Proc:
         """`start(port)`; with no port given, a free one, and another if the one picked was
         taken before the process bound it (an outgoing connection's ephemeral port, or another
-        listener's `:0`, can land on it in between): up to 3 tries."""
+        listener's `:0`, the gateway's own ops listener's included, can land on it in between):
+        up to 3 tries."""
         if port is not None:
             return start(port)
         for attempt in range(3):
@@ -151,6 +152,12 @@ class Processes:
             config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml + ops)
             command = launcher or [sys.executable, "-m", "bootstrap", "serve"]
             proc = self._spawn("gateway", [*command, "--config", str(config)], port, "/healthz", env)
+            ops = OPS_LINE.search(proc.text())
+            if ops is not None and int(ops.group(1)) == port:
+                # The ops listener binds first, on `:0`, and the system can give it the port just
+                # picked (and freed) for the main one: /healthz answered from ops, the main failed.
+                proc.stop()
+                raise RuntimeError("address already in use: the ops listener took the main port")
             proc.extra["config"] = config
             return proc
 
