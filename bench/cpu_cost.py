@@ -161,13 +161,14 @@ def cache_levels(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> li
 
 
 def events_of(dump: Path) -> dict[str, int]:
-    """A callgrind dump's totals by event (`events:` names the `summary:` numbers)."""
+    """A callgrind dump's totals by event (`events:` names the `summary:` or `totals:` numbers);
+    empty while the dump is not complete."""
     names: list[str] = []
     with dump.open(errors="replace") as lines:
         for line in lines:
             if line.startswith("events:"):
                 names = line.split()[1:]
-            elif line.startswith("summary:"):
+            elif line.startswith(("summary:", "totals:")):
                 return dict(zip(names, map(int, line.split()[1:]), strict=False))
     return {}
 
@@ -192,16 +193,16 @@ class Callgrind:
         self._run("-i", "on", str(pid))
         self._run("-z", str(pid))
 
-    def end(self, pid: int) -> tuple[int, Path]:
+    def end(self, pid: int) -> tuple[dict[str, int], Path]:
+        """The dump's totals by event (`Ir`: instructions) and the dump."""
         before = set(self.workdir.glob(f"callgrind.out.{pid}*"))
         self._run("-d", str(pid))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            new = set(self.workdir.glob(f"callgrind.out.{pid}*")) - before
-            for path in new:
-                for line in path.read_text(errors="replace").splitlines():
-                    if line.startswith(("summary:", "totals:")):
-                        return int(line.split()[1]), path
+            for path in set(self.workdir.glob(f"callgrind.out.{pid}*")) - before:
+                events = events_of(path)
+                if events:
+                    return events, path
             time.sleep(0.2)
         raise RuntimeError("callgrind wrote no dump")
 
@@ -403,7 +404,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         opcode_split(kept, max(done, 1))
                     run["opcodes"] = str(kept)
                 if grind:
-                    instructions, dump = grind.end(target.proc.pid)
+                    events, dump = grind.end(target.proc.pid)
+                    instructions = events["Ir"]
                     kept = OUT / f"callgrind-{args.target}-{args.scenario}.out"
                     OUT.mkdir(exist_ok=True)
                     shutil.copyfile(dump, kept)
@@ -416,7 +418,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                per_function={k: v // per for k, v in
                                              sorted(by_function.items(), key=lambda kv: -kv[1])[:25]})
                     if args.cache_sim:
-                        run["misses_per_request"] = misses(events_of(kept), per)
+                        run["misses_per_request"] = misses(events, per)
                 runs.append(run)
                 print(json.dumps(run), file=sys.stderr, flush=True)
             rss_peak = t.peak_rss_mb(pids)

@@ -46,13 +46,22 @@ class Proc:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def ops_url(self) -> str:
-        """The ops listener (metrics, health, status) of a gateway, from the line it printed at start."""
+    def ops_port(self) -> int | None:
+        """A gateway's ops listener port, from the line it printed at start (None before it)."""
         port = self.extra.get("ops_port")
-        if port is None:
-            match = OPS_LINE.search(self.text())
-            assert match, f"the gateway printed no ops listener line:\n{self.text()[-2000:]}"
-            port = self.extra["ops_port"] = int(match.group(1))
+        if isinstance(port, int):
+            return port
+        match = OPS_LINE.search(self.text())
+        if match is None:
+            return None
+        found = self.extra["ops_port"] = int(match.group(1))
+        return found
+
+    @property
+    def ops_url(self) -> str:
+        """The ops listener (metrics, health, status) of a gateway."""
+        port = self.ops_port
+        assert port is not None, f"the gateway printed no ops listener line:\n{self.text()[-2000:]}"
         return f"http://127.0.0.1:{port}"
 
     def text(self) -> str:
@@ -152,8 +161,7 @@ class Processes:
             config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml + ops)
             command = launcher or [sys.executable, "-m", "bootstrap", "serve"]
             proc = self._spawn("gateway", [*command, "--config", str(config)], port, "/healthz", env)
-            ops = OPS_LINE.search(proc.text())
-            if ops is not None and int(ops.group(1)) == port:
+            if proc.ops_port == port:
                 # The ops listener binds first, on `:0`, and the system can give it the port just
                 # picked (and freed) for the main one: /healthz answered from ops, the main failed.
                 proc.stop()
