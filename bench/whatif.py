@@ -285,11 +285,34 @@ def _opcodes() -> None:
     signal.signal(signal.SIGUSR1, toggle)
 
 
+def _no_mapping() -> None:
+    """An upper bound on what mapping a `/v1` stream costs: a read of a whole answer (role to
+    `[DONE]`, as the bench's c64 load reads it) becomes one chunk without looking at its frames:
+    fixed canonical events, the frames before the usage one relayed as one slice. Any other
+    read is mapped as usual."""
+    from adapters.outbound.openai_compat import stream_mapping as sm
+    from domain.canonical import Finish, MessageStart, NativePayload, StreamChunk, TextRun, Usage, UsageReport
+
+    mapped = sm.StreamMapper.feed_events
+
+    def feed_events(self: Any, data: bytes) -> Any:
+        if self.phase is not sm.Phase.IDLE or not data.endswith(b"data: [DONE]\n\n"):
+            return mapped(self, data)
+        cut = data.rfind(b"\n\ndata: {", 0, len(data) - 16) + 2  # where the usage frame starts
+        self.phase = sm.Phase.DONE
+        events = [MessageStart(id="x", model="m", created=1), TextRun(texts=["a"] * 20),
+                  Finish(reason="end_turn"), UsageReport(usage=Usage(input_tokens=1, output_tokens=20))]
+        return [StreamChunk(events=events, native=NativePayload(format=sm.TOKEN_FRAMES_FORMAT, data=data[:cut]))]
+
+    sm.StreamMapper.feed_events = feed_events  # type: ignore[method-assign]
+
+
 PATCHES = {
     "no-guard-copy": _no_guard_copy, "no-trace": _no_trace, "no-lease-watch": _no_lease_watch,
     "no-read-timeout": _no_read_timeout, "no-body-timeout": _no_body_timeout, "no-watch": _no_watch,
     "no-metrics": _no_metrics, "break-cycles": _break_cycles, "gc-threshold": _gc_threshold, "no-gc": _no_gc,
     "gc-report": _gc_report, "loop-lag": _loop_lag, "cprofile": _cprofile, "opcodes": _opcodes,
+    "no-mapping": _no_mapping,
 }
 
 
