@@ -296,9 +296,10 @@ def _no_mapping() -> None:
     mapped = sm.StreamMapper.feed_events
 
     def feed_events(self: Any, data: bytes) -> Any:
-        if self.phase is not sm.Phase.IDLE or not data.endswith(b"data: [DONE]\n\n"):
+        usage = data.rfind(b"\n\ndata: {", 0, len(data) - 16)  # the usage frame's start (the gateway asks for it)
+        if self.phase is not sm.Phase.IDLE or not data.endswith(b"data: [DONE]\n\n") or usage < 0:
             return mapped(self, data)
-        cut = data.rfind(b"\n\ndata: {", 0, len(data) - 16) + 2  # where the usage frame starts
+        cut = usage + 2
         self.phase = sm.Phase.DONE
         events = [MessageStart(id="x", model="m", created=1), TextRun(texts=["a"] * 20),
                   Finish(reason="end_turn"), UsageReport(usage=Usage(input_tokens=1, output_tokens=20))]
