@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -44,6 +45,58 @@ REASONING_FLAGS = (
 )
 
 _GAUGE = re.compile(r"^(vllm:num_requests_(?:running|waiting))\{[^}]*\} ([0-9.e+-]+)$", re.MULTILINE)
+
+
+def gauges_at(url: str) -> dict[str, float]:
+    """vLLM's own scheduler gauges at `url`, summed over engines: running and waiting now."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        page = response.read().decode()
+    totals: dict[str, float] = {}
+    for name, value in _GAUGE.findall(page):
+        key = name.removeprefix("vllm:num_requests_")
+        totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
+
+
+class GaugeWatch:
+    """vLLM's scheduler gauges sampled every 50 ms while a `with` block runs: `peak("running")`,
+    `peak("waiting")`. The sampler is a process of its own: in the test's process, the SDK
+    clients reading a dozen fast streams starve any thread of the interpreter lock for
+    seconds at a time, the whole load long."""
+
+    def __init__(self, server: VllmServer) -> None:
+        self.server = server
+        self.seen: list[dict[str, float]] = []
+        self._out = server.log.with_name(f"gauges-{time.monotonic_ns()}.jsonl")
+        self._sampler: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> GaugeWatch:
+        self._sampler = subprocess.Popen([sys.executable, "-m", "tests.support.real_vllm", self.server.url,
+                                          str(self._out)], cwd=ROOT)  # fmt: skip
+        for _ in range(200):  # the first sample is taken before the block starts
+            if self._out.exists() and self._out.read_text().count("\n"):
+                break
+            time.sleep(0.025)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._sampler is not None
+        self._sampler.terminate()
+        self._sampler.wait(timeout=10)
+        self.seen = [json.loads(line) for line in self._out.read_text().splitlines() if line.endswith("}")]
+        self.seen.append(self.server.gauges())
+
+    def peak(self, name: str) -> float:
+        return max(g.get(name, 0.0) for g in self.seen)
+
+
+def _sample_forever(url: str, out: Path) -> None:
+    """The sampler process: a JSON line of gauges every 50 ms, for at most 10 minutes."""
+    with out.open("a") as lines:
+        for _ in range(12_000):
+            lines.write(json.dumps(gauges_at(url)) + "\n")
+            lines.flush()
+            time.sleep(0.05)
 
 
 def ensure_installed() -> None:
@@ -91,14 +144,7 @@ class VllmServer:
         raise RuntimeError(f"vllm serve not ready after {timeout:.0f}s:\n{self.text()[-6000:]}")
 
     def gauges(self) -> dict[str, float]:
-        """vLLM's own scheduler gauges, summed over engines: running and waiting now."""
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
-            page = response.read().decode()
-        totals: dict[str, float] = {}
-        for name, value in _GAUGE.findall(page):
-            key = name.removeprefix("vllm:num_requests_")
-            totals[key] = totals.get(key, 0.0) + float(value)
-        return totals
+        return gauges_at(self.url)
 
     def post(self, path: str, body: dict[str, object], timeout: float = 60) -> dict[str, object]:
         """A request straight to vLLM (to compare with what the gateway relays)."""
@@ -162,3 +208,7 @@ def start(model: Path, log: Path, *extra: str) -> VllmServer:
                              start_new_session=True)
     handle.close()
     return VllmServer(popen, port, log, flags)
+
+
+if __name__ == "__main__":
+    _sample_forever(sys.argv[1], Path(sys.argv[2]))

@@ -9,8 +9,9 @@ from tests.support.processes import upstream_toml
 from tests.support.real_vllm import MAX_NUM_SEQS, MODEL, Fleet, VllmServer
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """The vLLM servers, up while this folder's tests run (about 9 GB of memory together)."""
     fleet = Fleet(tmp_path_factory.mktemp("vllm"))
     yield fleet
     fleet.stop()

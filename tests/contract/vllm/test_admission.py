@@ -12,36 +12,20 @@ import anthropic
 import openai
 from tests.contract.vllm.conftest import vllm_toml
 from tests.support.processes import Processes
-from tests.support.real_vllm import MAX_NUM_SEQS, MODEL, VllmServer
+from tests.support.real_vllm import MAX_NUM_SEQS, MODEL, GaugeWatch, VllmServer
 
 CAP = 3
 STREAMS = 12
-TOKENS = 300  # the tiny model never stops early: every answer is exactly this long
-
-
-async def sample(server: VllmServer, until: asyncio.Event) -> list[dict[str, float]]:
-    """vLLM's gauges every 50 ms until `until` is set (bounded: at most 3 minutes)."""
-    seen: list[dict[str, float]] = []
-    loop = asyncio.get_running_loop()
-    for _ in range(3600):
-        if until.is_set():
-            break
-        seen.append(await loop.run_in_executor(None, server.gauges))
-        await asyncio.sleep(0.05)
-    return seen
+TOKENS = 60  # the model never stops early: every answer is exactly this long (at ~45 tokens/s)
 
 
 Job = Callable[[], Awaitable[int]]
 
 
-async def load(jobs: list[Job], server: VllmServer) -> tuple[list[int], list[dict[str, float]]]:
-    done = asyncio.Event()
-    sampler = asyncio.create_task(sample(server, done))
-    try:
+async def load(jobs: list[Job], server: VllmServer) -> tuple[list[int], GaugeWatch]:
+    with GaugeWatch(server) as watch:
         counts = await asyncio.wait_for(asyncio.gather(*(job() for job in jobs)), 180)
-    finally:
-        done.set()
-    return counts, await sampler
+    return counts, watch
 
 
 def openai_stream(sdk: openai.AsyncOpenAI, i: int) -> Job:
@@ -70,17 +54,16 @@ async def test_vllm_never_queues_inside_behind_the_gateway(procs: Processes, vll
         anthropic.AsyncAnthropic(base_url=f"{gateway.url}/llm", api_key="x", max_retries=0, timeout=120) as claude,
     ):
         jobs = [openai_stream(oai, i) if i % 2 else anthropic_stream(claude, i) for i in range(STREAMS)]
-        counts, seen = await load(jobs, vllm)
+        counts, watch = await load(jobs, vllm)
     assert counts == [TOKENS] * STREAMS  # every answer whole, usage as vLLM counted it
-    assert max(g["running"] for g in seen) == CAP  # the cap was reached ...
-    assert max(g["running"] for g in seen) <= CAP  # ... and never passed
-    assert max(g["waiting"] for g in seen) == 0  # nothing ever queued inside vLLM
+    assert watch.peak("running") == CAP  # the cap was reached and never passed
+    assert watch.peak("waiting") == 0  # nothing ever queued inside vLLM
 
 
 async def test_the_same_load_straight_to_vllm_queues_inside(vllm: VllmServer) -> None:
     async with openai.AsyncOpenAI(base_url=f"{vllm.url}/v1", api_key="x", max_retries=0, timeout=120) as direct:
         jobs = [openai_stream(direct, i) for i in range(STREAMS)]
-        counts, seen = await load(jobs, vllm)
+        counts, watch = await load(jobs, vllm)
     assert counts == [TOKENS] * STREAMS
-    assert max(g["running"] for g in seen) == MAX_NUM_SEQS
-    assert max(g["waiting"] for g in seen) > 0  # what the gateway exists to prevent
+    assert watch.peak("running") == MAX_NUM_SEQS
+    assert watch.peak("waiting") > 0  # what the gateway exists to prevent

@@ -12,12 +12,15 @@ What it writes is a Hugging Face model folder vLLM loads as it loads any Llama:
   look for;
 - a Jinja chat template (system, user, assistant, tool turns; tools offered hermes-style;
   with `enable_thinking` the answer starts inside `<think>`, as DeepSeek-R1's does);
-- a 2-layer Llama (hidden 128) with seeded random weights, made so that it never picks an
-  end-of-sequence token or a special token by itself: every answer is exactly
-  `max_tokens` long, which makes usage and stream tests exact. One residual dimension is a
-  constant (the embeddings set it, no layer writes to it), so after the final norm it is
-  always positive; the output rows of the tokens it must never pick weigh only that
-  dimension, negatively.
+- a 6-layer Llama (hidden 768, 58M parameters, 233 MB) with seeded random weights. Its size
+  sets its pace: about 45 tokens/s per sequence on one core here, a GPU's pace for the models
+  the gateway fronts, which leaves the other core to vLLM's API server, the gateway and the
+  clients (a smaller model streams so fast that they, not vLLM, set the pace). It never picks an
+  end-of-sequence token, a special token or a token that is not whole UTF-8 text by itself:
+  every answer is exactly `max_tokens` long and every token is text at once, which makes usage
+  and stream tests exact. One residual dimension is a constant (the embeddings set it, no
+  layer writes to it), so after the final norm it is always positive; the output rows of the
+  tokens it must never pick weigh only that dimension, negatively.
 
 The same seed gives the same files, so two processes (replicas) serve the same model.
 """
@@ -31,7 +34,7 @@ from pathlib import Path
 
 SEED = 40
 VOCAB = 4096
-HIDDEN = 128
+HIDDEN = 768
 CONSTANT_DIM = 0
 CONSTANT = 4.0
 MAX_POSITIONS = 2048
@@ -113,11 +116,16 @@ def make_weights(out: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     vocab = len(tokenizer)
-    never = sorted({tokenizer.convert_tokens_to_ids(t) for t in [PAD, BOS, EOS, IM_START, IM_END, *MARKERS]})
+    special = {tokenizer.convert_tokens_to_ids(t) for t in [PAD, BOS, EOS, IM_START, IM_END, *MARKERS]}
+    # Bytes that are not whole UTF-8 characters: vLLM holds text back until a character is
+    # complete, and a lone continuation byte never completes, so one such token early in an
+    # answer would hold back the whole rest of the stream until its end.
+    partial = {i for i in range(vocab) if "\ufffd" in tokenizer.decode([i])}
+    never = sorted(special | partial)
     torch.manual_seed(SEED)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS,
+        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=3072, num_hidden_layers=6,
+        num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, torch_dtype="float32",
     )
