@@ -12,7 +12,14 @@ tokens with finish_reason ``"length"``; they limit content tokens only, never re
 
 Reasoning text (``--reasoning``): ``REASONING`` pieces, "Let me think about this.".
 
-Tool calls: see ``pick_tool``; arguments are made up by ``example_value``.
+Tool calls: see ``pick_tool``; arguments are made up by ``tool_arguments``: a value of the
+tool's parameters schema (``example_value``), so a schema that is not an object schema gives
+arguments that are JSON but not an object (``{"const": 4120000000000.0}`` gives
+``4120000000000.0``, what vLLM 0.32 answered a named ``tool_choice`` with), and
+``"x-stub-arguments": TEXT`` in the schema gives TEXT verbatim (text that is not JSON at all,
+or ``""``). A stream sends them in 2-3 fragments (``split_arguments``), as vLLM streams a
+call's arguments over several chunks. ``max_tokens`` below the fragment count cuts them
+there with finish_reason ``"length"``, as vLLM cuts a call that runs out of tokens.
 """
 
 from __future__ import annotations
@@ -56,6 +63,18 @@ def example_value(schema: Any, depth: int = 0) -> Any:
         return value
     scalars = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "null": None}
     return scalars.get(kind, "x") if isinstance(kind, str) else "x"
+
+
+STUB_ARGUMENTS = "x-stub-arguments"  # a schema key: the call's arguments, verbatim
+
+
+def tool_arguments(parameters: dict[str, Any] | None) -> str:
+    """The arguments text of a call of a tool with these parameters (see the module doc)."""
+    schema = parameters or {}
+    verbatim = schema.get(STUB_ARGUMENTS)
+    if isinstance(verbatim, str):
+        return verbatim
+    return encode(example_value(schema)).decode()
 
 
 def _begins_with_use(text: str, name: str) -> bool:
@@ -143,11 +162,15 @@ def build_answer(req: ChatRequest, tokens: int, reasoning: bool) -> Answer:
     tool = pick_tool(req)
     thoughts = REASONING if reasoning else ()
     prompt_tokens = len(token_ids(message_texts(req.messages)))
-    if tool is not None:
-        arguments = encode(example_value(tool.function.parameters or {})).decode()
-        used = len(thoughts) + len(split_arguments(arguments))
-        return Answer(thoughts, (), tool.function.name, arguments, "tool_calls", None, prompt_tokens, used)
     limit = req.max_completion_tokens if req.max_tokens is None else req.max_tokens
+    if tool is not None:
+        arguments, finish = tool_arguments(tool.function.parameters), "tool_calls"
+        fragments = split_arguments(arguments)
+        if limit is not None and limit < len(fragments):  # out of tokens mid-call
+            fragments, finish = fragments[: max(limit, 0)], "length"
+            arguments = "".join(fragments)
+        used = len(thoughts) + len(fragments)
+        return Answer(thoughts, (), tool.function.name, arguments, finish, None, prompt_tokens, used)
     finish = "stop"
     if limit is not None and limit < tokens:
         tokens, finish = max(limit, 0), "length"

@@ -147,7 +147,7 @@ def check_anthropic_stream(
         elif name == "content_block_stop":
             if open_index is None or data.get("index") != open_index:
                 raise _fail(i, event, f"stop of a block that is not open ({open_index})")
-            if open_kind == "tool_use" and tool_json and not isinstance(json.loads(tool_json), dict):
+            if open_kind == "tool_use" and tool_json and not _is_object(tool_json):
                 raise _fail(i, event, "tool input is not a JSON object")
             open_index = None
         elif name == "message_delta":
@@ -168,3 +168,10 @@ def check_anthropic_stream(
     if complete and not ended:
         raise GrammarError("stream ended without message_stop or error")
     return out
+
+
+def _is_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:  # not JSON at all
+        return False

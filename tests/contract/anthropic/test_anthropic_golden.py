@@ -76,6 +76,14 @@ SCENARIOS: dict[str, Chunks] = {
         [ToolArgsDelta(index=1, json_fragment="{}")],
         [Finish(reason="tool_use"), usage(30, 12)],
     ],
+    "tool_arguments_not_an_object": [  # vLLM 0.32 with a named tool_choice; unstreamed: the same 502
+        [START],
+        [ToolCallStart(index=0, id="chatcmpl-tool-9a", name="get_weather")],
+        [ToolArgsDelta(index=0, json_fragment="412000")],
+        [ToolArgsDelta(index=0, json_fragment="0000000.0")],
+        [Finish(reason="tool_use")],
+        [usage(20, 3)],
+    ],
     "max_tokens": [
         [START],
         [TextDelta(text="alpha")],
@@ -154,7 +162,7 @@ async def test_sdk_accumulates_the_transcript(name: str) -> None:
         assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "echo")
 
 
-@pytest.mark.parametrize("name", ["upstream_error_mid_stream", "no_finish_reason"])
+@pytest.mark.parametrize("name", ["upstream_error_mid_stream", "no_finish_reason", "tool_arguments_not_an_object"])
 async def test_sdk_raises_on_the_error_frame(name: str) -> None:
     with pytest.raises(anthropic.APIStatusError) as caught:
         await replay(render(SCENARIOS[name]))

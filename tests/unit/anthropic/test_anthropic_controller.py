@@ -13,7 +13,15 @@ import pytest
 from tests.support.anthropic_grammar import check_anthropic_stream
 from tests.unit.anthropic.asgi_fakes import ANSWER, BODY, FakeService, call, chunk, frames
 
-from domain.canonical import QueuePosition, StreamError
+from domain.canonical import (
+    Finish,
+    QueuePosition,
+    StreamError,
+    ToolArgsDelta,
+    ToolCallStart,
+    Usage,
+    UsageReport,
+)
 from domain.consumers import ANONYMOUS
 from domain.errors import NotSupported, QueueFull, QueueTimeout, UpstreamError
 
@@ -90,6 +98,25 @@ async def test_queued_stream_sends_queue_frames_then_keep_alives_then_the_messag
     # The service notes the queue wait when the slot is granted; the dialect does not overwrite
     # it when the first token arrives (that added the upstream's time to first token).
     assert observer.records[0].queue_wait_seconds is None
+
+
+async def test_pings_while_a_tool_call_is_collected() -> None:
+    """The upstream streams a call's arguments faster than the heartbeat, and nothing goes out
+    until the call is complete: pings keep the connection alive meanwhile."""
+    start, *_ = ANSWER
+    fragments: list[Any] = []
+    for piece in ['{"city"', ": ", '"Par', 'is"', "}"]:
+        fragments += [0.03, chunk(ToolArgsDelta(index=0, json_fragment=piece))]  # 0.03 s < PING_INTERVAL
+    script = [start, chunk(ToolCallStart(index=0, id="call_1", name="f")), *fragments,
+              chunk(Finish(reason="tool_use"), UsageReport(usage=Usage(input_tokens=2, output_tokens=5)))]  # fmt: skip
+    result, _ = await call(FakeService(script), "/llm/v1/messages", {**BODY, "stream": True})
+    body = result.body
+    assert body.index(b"event: message_start") < body.index(b"event: ping") < body.index(b"content_block_start")
+    events = check_anthropic_stream(body)  # without the pings
+    names = [e.name for e in events]
+    (delta,) = [e.data["delta"] for e in events if e.name == "content_block_delta"]
+    assert delta == {"type": "input_json_delta", "partial_json": '{"city": "Paris"}'}
+    assert names[-2:] == ["message_delta", "message_stop"]
 
 
 async def test_no_pings_before_the_response_started() -> None:

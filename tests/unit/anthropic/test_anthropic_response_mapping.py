@@ -94,6 +94,17 @@ def test_tool_arguments_that_are_not_an_object_are_an_upstream_fault() -> None:
         answer([ToolUsePart(id="t", name="f", arguments='{"a":')])
 
 
+def test_a_call_cut_by_max_tokens_is_left_out() -> None:
+    """Out of tokens mid-arguments: the answer's max_tokens, without the unfinished call
+    (what a stream of the same answer gives); a complete call before the cut stays."""
+    cut = [TextPart(text="Sure."), ToolUsePart(id="t1", name="f", arguments="{}"),
+           ToolUsePart(id="t2", name="f", arguments='{"city": "Pa')]  # fmt: skip
+    body = answer(cut, reason="max_tokens")
+    assert body["content"] == [{"type": "text", "text": "Sure."}, {"type": "tool_use", "id": "t1", "name": "f",
+                                                                     "input": {}}]  # fmt: skip
+    assert body["stop_reason"] == "max_tokens"
+
+
 @pytest.mark.parametrize(
     ("reason", "stop_sequence", "expected"),
     [

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.anthropic_grammar import Event, GrammarError, check_anthropic_stream
 
 from adapters.inbound.anthropic.stream import NO_FINISH, AnthropicStream, Phase, queue_frame
+from adapters.inbound.anthropic.tool_arguments import tool_input
 from domain.canonical import (
     Finish,
     FinishReason,
@@ -22,6 +24,7 @@ from domain.canonical import (
     Usage,
     UsageReport,
 )
+from domain.errors import UpstreamProtocolError
 
 START = MessageStart(id="chatcmpl-1", model="m", created=0)
 
@@ -134,17 +137,92 @@ def test_tool_arguments_map_upstream_index_to_block_index() -> None:
             ToolArgsDelta(index=0, json_fragment="1}"),
             ToolCallStart(index=1, id="b", name="g"),
             ToolArgsDelta(index=1, json_fragment="{}"),
-            ToolArgsDelta(index=0, json_fragment="late"),  # its block is closed: dropped
+            ToolArgsDelta(index=0, json_fragment="late"),  # no longer collected: dropped
             ToolArgsDelta(index=7, json_fragment="stray"),  # never started: dropped
             Finish(reason="tool_use"),
         ]
     )
-    deltas = [
+    assert input_deltas(events) == [(1, '{"k":1}'), (2, "{}")]  # each call whole, in one delta
+
+
+def input_deltas(events: list[Event]) -> list[tuple[int, str]]:
+    return [
         (e.data["index"], e.data["delta"]["partial_json"])
         for e in events
         if e.name == "content_block_delta" and e.data["delta"]["type"] == "input_json_delta"
     ]
-    assert deltas == [(1, '{"k":'), (1, "1}"), (2, "{}")]
+
+
+NOT_AN_OBJECT = "The upstream produced tool call arguments that are not a JSON object."
+CALL = ToolCallStart(index=0, id="call_1", name="f")
+
+
+@pytest.mark.parametrize(
+    "fragments", [["4120", "000000", "000.0"], ["fa", "lse"], ["[1,", "2]"], ['"Par', 'is"'], ["city", "=Paris"],
+                  ['{"a": 1}', ' {"b": 2}'], ['{"a": ', "1"]],
+)  # fmt: skip
+@pytest.mark.parametrize("reason", ["tool_use", "end_turn", "stop_sequence", "content_filter"])
+def test_arguments_that_are_not_an_object_end_the_stream_with_the_non_stream_verdict(
+    fragments: list[str], reason: FinishReason
+) -> None:
+    events = [START, TextDelta(text="Checking."), CALL, *(ToolArgsDelta(index=0, json_fragment=f) for f in fragments),
+              Finish(reason=reason), UsageReport(usage=Usage(input_tokens=1, output_tokens=4))]  # fmt: skip
+    machine, parsed = run(events)
+    assert names(parsed) == [
+        "message_start", "content_block_start:text", "content_block_delta:text_delta", "content_block_stop", "error",
+    ]  # fmt: skip
+    assert parsed[-1].data == {"type": "error", "error": {"type": "api_error", "message": NOT_AN_OBJECT}}
+    assert machine.failure is not None and machine.failure.kind == "upstream-protocol-error"
+    assert machine.failure.status == 502 and machine.stop_reason is None
+    with pytest.raises(UpstreamProtocolError, match=NOT_AN_OBJECT):  # what the same answer gets unstreamed
+        tool_input("".join(fragments))
+
+
+def test_a_bad_call_fails_the_stream_when_the_next_call_starts() -> None:
+    _, parsed = run([START, CALL, ToolArgsDelta(index=0, json_fragment="5"), ToolCallStart(index=1, id="b", name="g"),
+                     ToolArgsDelta(index=1, json_fragment="{}"), Finish(reason="tool_use")])  # fmt: skip
+    assert names(parsed) == ["message_start", "error"]
+
+
+def test_text_after_a_bad_call_is_never_sent() -> None:
+    _, parsed = run([START, CALL, ToolArgsDelta(index=0, json_fragment="[]"), TextDelta(text="after"),
+                     ThinkingDelta(text="more"), Finish(reason="end_turn")])  # fmt: skip
+    assert names(parsed) == ["message_start", "error"]
+
+
+def test_a_call_is_sent_whole_once_complete() -> None:
+    machine = AnthropicStream("m")
+    held = machine.feed_many([START, CALL, ToolArgsDelta(index=0, json_fragment='{"city": '),
+                              ToolArgsDelta(index=0, json_fragment='"Paris"} ')])  # fmt: skip
+    assert b"tool_use" not in b"".join(held) and machine.phase is Phase.TOOL_USE and machine.blocks == 0
+    frames = held + machine.feed(Finish(reason="tool_use")) + machine.finish()
+    parsed = check_anthropic_stream(frames)
+    assert names(parsed)[1:4] == ["content_block_start:tool_use", "content_block_delta:input_json_delta",
+                                  "content_block_stop"]  # fmt: skip
+    assert parsed[1].data["content_block"] == {"type": "tool_use", "id": "call_1", "name": "f", "input": {}}
+    assert input_deltas(parsed) == [(0, '{"city": "Paris"}')]
+    assert parsed[-2].data["delta"]["stop_reason"] == "tool_use"
+
+
+@pytest.mark.parametrize("fragments", [[], [" ", "\n"]])
+def test_empty_arguments_are_the_empty_input(fragments: list[str]) -> None:
+    _, parsed = run([START, CALL, *(ToolArgsDelta(index=0, json_fragment=f) for f in fragments),
+                     Finish(reason="tool_use")])  # fmt: skip
+    assert names(parsed) == ["message_start", "content_block_start:tool_use", "content_block_stop", "message_delta",
+                             "message_stop"]  # fmt: skip
+
+
+def test_a_call_cut_by_max_tokens_is_left_out_as_unstreamed() -> None:
+    events = [START, TextDelta(text="a"), CALL, ToolArgsDelta(index=0, json_fragment='{"city": "Pa'),
+              Finish(reason="max_tokens")]  # fmt: skip
+    _, parsed = run(events)
+    assert names(parsed) == ["message_start", "content_block_start:text", "content_block_delta:text_delta",
+                             "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
+    assert parsed[-2].data["delta"]["stop_reason"] == "max_tokens"
+    # a complete call before the cut is kept, as a non-streamed answer keeps it
+    _, parsed = run([START, CALL, ToolArgsDelta(index=0, json_fragment="{}"), Finish(reason="max_tokens")])
+    assert names(parsed)[1:4] == ["content_block_start:tool_use", "content_block_delta:input_json_delta",
+                                  "content_block_stop"]  # fmt: skip
 
 
 def test_error_mid_stream_ends_without_message_stop() -> None:

@@ -15,6 +15,7 @@ from stub.answers import (
     pick_tool,
     split_arguments,
     stream_frames,
+    tool_arguments,
 )
 from stub.schema import CHAT_DECODER, ChatRequest, Tool, error_body, tokenize_body
 
@@ -206,6 +207,40 @@ def test_split_arguments_gives_two_or_more_fragments() -> None:
     text = '{"city":"x","unit":"c"}'
     assert len(split_arguments(text)) == 3
     assert "".join(split_arguments(text)) == text
+
+
+@pytest.mark.parametrize(
+    ("parameters", "arguments"),
+    [
+        ({"const": 4120000000000.0}, "4120000000000.0"),  # what vLLM 0.32 answered a named tool_choice with
+        ({"const": False}, "false"),
+        ({"type": "array", "const": [1, 2]}, "[1,2]"),
+        ({"type": "object", "x-stub-arguments": "city=Paris"}, "city=Paris"),
+        ({"x-stub-arguments": ""}, ""),
+        (None, '"x"'),
+    ],
+)
+def test_tool_arguments_follow_the_schema_or_come_verbatim(parameters: Any, arguments: str) -> None:
+    assert tool_arguments(parameters) == arguments
+
+
+def test_arguments_that_are_not_an_object_stream_in_fragments() -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"const": 4120000000000.0}}}
+    answer = build_answer(chat(tools=[tool], tool_choice={"type": "function", "function": {"name": "f"}}), 16, False)
+    chunks = sse_chunks(stream_frames(answer, "chatcmpl-1", 7, "m", "call", include_usage=False))
+    pieces = [c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] for c in chunks[2:-1]]
+    assert len(pieces) == 3 and "".join(pieces) == "4120000000000.0"
+    body = msgspec.json.decode(completion_body(answer, "chatcmpl-1", 7, "m", "call"))
+    assert body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == "4120000000000.0"
+
+
+def test_max_tokens_cuts_a_call_mid_arguments_with_length() -> None:
+    whole = build_answer(chat(tools=[WEATHER], tool_choice="required"), 16, False)
+    cut = build_answer(chat(tools=[WEATHER], tool_choice="required", max_tokens=1), 16, False)
+    assert (whole.finish_reason, cut.finish_reason) == ("tool_calls", "length")
+    assert cut.arguments == split_arguments(whole.arguments)[0] and cut.completion_tokens == 1
+    roomy = build_answer(chat(tools=[WEATHER], tool_choice="required", max_tokens=3), 16, False)
+    assert (roomy.arguments, roomy.finish_reason) == (whole.arguments, "tool_calls")
 
 
 def test_completion_body_shape() -> None:

@@ -71,7 +71,7 @@ def router(context: EdgeContext) -> Router:
         if chat.stream:
             items = service.stream(chat, report_queue=True, record=record, consumer=call.identity.consumer,
                                    heartbeat=ping)
-            frames = _frames(request, call, items, AnthropicStream(chat.model), news)
+            frames = _frames(request, call, items, AnthropicStream(chat.model), news, ping)
             return await stream_response(call, frames, headers, rate_limit_header_map)
         response = await service.complete(chat, record, call.identity.consumer)
         call.stop_watching()
@@ -129,18 +129,21 @@ def _queue_events(request: Request[Any, Any, Any], default: bool) -> bool:
 
 async def _frames(
     request: Request[Any, Any, Any], call: Call, items: AsyncIterator[Any], machine: AnthropicStream,
-    queue_news: Callable[[int, int], bytes],
+    queue_news: Callable[[int, int], bytes], ping: float,
 ) -> AsyncIterator[bytes]:
     """The stream's frames; those of one upstream read go out as one item.
 
     Before the first item nothing is sent, and a failure is raised (its own status).
     After it, the service's heartbeat (an empty batch after `ping_interval_seconds` without
     news, `ChatService.stream`) is a ping inside the message and a keep-alive comment before
-    it; before the response started it is nothing. A hang-up cancels the task reading the
-    items, which closes the service stream and frees the slot.
+    it; before the response started it is nothing. While a tool call is collected the upstream
+    keeps sending but nothing goes out: a ping every `ping` seconds keeps proxies from closing
+    the quiet connection. A hang-up cancels the task reading the items, which closes the
+    service stream and frees the slot.
     """
     record = call.record
     admitted = started = False
+    quiet: float | None = None  # since when a tool call's collection has sent nothing
     held: list[bytes] = []  # the closing frames, sent with the terminal ones
     try:
         try:
@@ -166,8 +169,15 @@ async def _frames(
                 if frames:
                     if record.first_token_seconds is None and machine.blocks:
                         record.first_token_seconds = call.elapsed()
-                    started = True
+                    started, quiet = True, None
                     yield b"".join(frames)
+                elif machine.collecting:
+                    now = time.monotonic()
+                    if quiet is None:
+                        quiet = now
+                    elif now - quiet >= ping:
+                        quiet = now
+                        yield PING
         except Exception as error:
             if not started:
                 raise

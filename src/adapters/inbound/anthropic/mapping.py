@@ -26,6 +26,7 @@ from adapters.inbound._shared.limits import (
 )
 from adapters.inbound._shared.media_urls import check_media_url
 from adapters.inbound.anthropic import schema as w
+from adapters.inbound.anthropic.tool_arguments import object_arguments, tool_input
 from adapters.inbound.anthropic.validation import decode_body, invalid
 from domain.canonical import (
     ChatRequest,
@@ -43,7 +44,6 @@ from domain.canonical import (
     ToolUsePart,
     Usage,
 )
-from domain.errors import UpstreamProtocolError
 
 SURFACE = "anthropic"
 
@@ -56,7 +56,6 @@ _STOP_REASONS: dict[FinishReason, str] = {
     "tool_use": "tool_use",
     "content_filter": "refusal",
 }
-_EMPTY_OBJECT = msgspec.Raw(b"{}")
 
 
 # --- request ------------------------------------------------------------------------
@@ -276,25 +275,17 @@ def stop_reason(reason: FinishReason, called_tools: bool) -> str:
     return _STOP_REASONS[reason]
 
 
-def tool_input(arguments: str) -> msgspec.Raw:
-    """A tool call's arguments as the JSON object Anthropic's `input` must be."""
-    text = arguments.strip()
-    if not text:
-        return _EMPTY_OBJECT
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise UpstreamProtocolError("The upstream produced tool call arguments that are not a JSON object.")
-    return msgspec.Raw(text.encode())
-
-
 def encode_message(response: ChatResponse, model: str) -> bytes:
-    """A canonical answer as an Anthropic message: thinking, then text, then tool_use blocks."""
+    """A canonical answer as an Anthropic message: thinking, then text, then tool_use blocks.
+
+    A tool call whose arguments are not a JSON object is a 502 (`tool_arguments`), unless the
+    answer ran out of tokens: then it is a call cut off mid-arguments, and it is left out
+    (`stop_reason: max_tokens` says the answer is incomplete). A stream decides the same.
+    """
     thinking: list[w.ContentOut] = []
     text: list[w.ContentOut] = []
     tools: list[w.ContentOut] = []
+    cut = response.finish_reason == "max_tokens"
     for part in response.content:
         if isinstance(part, TextPart):
             if part.text:
@@ -305,6 +296,8 @@ def encode_message(response: ChatResponse, model: str) -> bytes:
             elif part.text:
                 thinking.append(w.ThinkingOut(thinking=part.text, signature=part.signature or ""))
         elif isinstance(part, ToolUsePart):
+            if cut and object_arguments(part.arguments) is None:
+                continue
             call = w.ToolUseOut(id=tool_use_id(part.id), name=part.name, input=tool_input(part.arguments))
             tools.append(call)
     reason, usage = response.finish_reason, response.usage

@@ -6,6 +6,11 @@ and no interleaving; deltas only inside their open block; `message_delta` carryi
 `usage.output_tokens`; then `message_stop`. A failure ends the stream with one
 `event: error` frame and nothing after it.
 
+A tool call is held until it is complete (the next call, other content, or the finish),
+then sent whole if its arguments are a JSON object (`tool_arguments`); else the stream ends
+with the 502 a non-streamed answer gets, or, cut off by `max_tokens`, the call is left out
+as there. Sent as they came, a client would accumulate `input=5`, or fail on its own parse.
+
 Hot-path frames (deltas, block stops) are built from per-block byte prefixes plus
 the JSON-encoded fragment; constant frames are encoded once at import.
 """
@@ -21,6 +26,7 @@ from adapters.inbound._shared.sse import comment_frame, event_frame
 from adapters.inbound.anthropic.errors import error_frame
 from adapters.inbound.anthropic.mapping import message_id, stop_reason, tool_use_id, usage_out
 from adapters.inbound.anthropic.schema import ENCODER
+from adapters.inbound.anthropic.tool_arguments import NOT_AN_OBJECT, object_arguments
 from domain.canonical import (
     Finish,
     MessageStart,
@@ -34,6 +40,7 @@ from domain.canonical import (
     Usage,
     UsageReport,
 )
+from domain.errors import UpstreamProtocolError
 
 PING = event_frame(b"ping", b'{"type":"ping"}')
 KEEP_ALIVE = comment_frame()
@@ -45,6 +52,7 @@ _START = b'event: content_block_start\ndata: {"type":"content_block_start","inde
 _STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%d}\n\n'
 _DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":{"type":'
 _SIGNATURE = _DELTA + b'"signature_delta","signature":""}}\n\n'
+_INPUT = _DELTA + b'"input_json_delta","partial_json":'
 _END_DELTA = b"}}\n\n"
 _THINKING_BLOCK = b'{"type":"thinking","thinking":"","signature":""}}\n\n'
 _TEXT_BLOCK = b'{"type":"text","text":""}}\n\n'
@@ -65,7 +73,7 @@ class Phase(enum.Enum):
     MESSAGE_OPEN = "message_open"  # message_start sent, no block open
     THINKING = "thinking"  # a thinking block is open
     TEXT = "text"  # a text block is open
-    TOOL_USE = "tool_use"  # a tool_use block is open
+    TOOL_USE = "tool_use"  # a tool call is being collected: its block goes out when it is complete
     FINISHED = "finished"  # finish reason seen, blocks closed: waiting for usage / the end
     DONE = "done"  # message_stop sent
     FAILED = "failed"  # error frame sent
@@ -78,7 +86,6 @@ _IN_MESSAGE = _BLOCK_OPEN | {Phase.MESSAGE_OPEN, Phase.FINISHED}
 _DELTA_KIND = {
     Phase.THINKING: b'"thinking_delta","thinking":',
     Phase.TEXT: b'"text_delta","text":',
-    Phase.TOOL_USE: b'"input_json_delta","partial_json":',
 }
 
 
@@ -86,11 +93,12 @@ class AnthropicStream:
     """Turns one answer's canonical events into Anthropic frames.
 
     Tool-call arguments must arrive call after call, as vLLM and OpenAI stream them:
-    a fragment for a call whose block was already closed cannot be sent (the grammar
-    forbids reopening a block) and is dropped.
+    a fragment for a call that is no longer the one being collected is dropped.
     """
 
     __slots__ = (
+        "_args",
+        "_call",
         "_called_tools",
         "_delta",
         "_id",
@@ -98,7 +106,6 @@ class AnthropicStream:
         "_model",
         "_reason",
         "_stop_sequence",
-        "_tools",
         "_usage",
         "failure",
         "phase",
@@ -110,7 +117,8 @@ class AnthropicStream:
         self._id: str | None = None
         self._index = -1  # the open (or last) block's index
         self._delta = b""  # the open block's delta frame prefix
-        self._tools: dict[int, int] = {}  # upstream tool call index -> block index
+        self._call: ToolCallStart | None = None  # the tool call being collected
+        self._args: list[str] = []  # its argument fragments so far
         self._usage = Usage()
         self._reason: str | None = None
         self._stop_sequence: str | None = None
@@ -132,6 +140,11 @@ class AnthropicStream:
     def blocks(self) -> int:
         """How many content blocks were started."""
         return self._index + 1
+
+    @property
+    def collecting(self) -> bool:
+        """A tool call is being collected: nothing goes out until it is complete."""
+        return self.phase is Phase.TOOL_USE
 
     @property
     def closed(self) -> bool:
@@ -192,38 +205,40 @@ class AnthropicStream:
 
     def _on_text(self, event: TextDelta, out: list[bytes]) -> None:
         if event.text and self._writable():
-            if self.phase is not Phase.TEXT:
-                self._open(Phase.TEXT, _TEXT_BLOCK, out)
+            if self.phase is not Phase.TEXT and not self._open(Phase.TEXT, _TEXT_BLOCK, out):
+                return
             out.append(self._delta + _encode(event.text) + _END_DELTA)
 
     def _on_text_run(self, event: TextRun, out: list[bytes]) -> None:
         """`_on_text` for each of the run's texts (none is empty), the block opened once."""
         if self._writable():
-            if self.phase is not Phase.TEXT:
-                self._open(Phase.TEXT, _TEXT_BLOCK, out)
+            if self.phase is not Phase.TEXT and not self._open(Phase.TEXT, _TEXT_BLOCK, out):
+                return
             head = self._delta
             out += [b"".join((head, _encode(text), _END_DELTA)) for text in event.texts]
 
     def _on_thinking(self, event: ThinkingDelta, out: list[bytes]) -> None:
         if event.text and self._writable():
-            if self.phase is not Phase.THINKING:
-                self._open(Phase.THINKING, _THINKING_BLOCK, out)
+            if self.phase is not Phase.THINKING and not self._open(Phase.THINKING, _THINKING_BLOCK, out):
+                return
             out.append(self._delta + _encode(event.text) + _END_DELTA)
 
     def _on_tool_start(self, event: ToolCallStart, out: list[bytes]) -> None:
+        """Collect the call; its block is sent when it is complete (`_settle_call`)."""
         if self._writable():
-            block = {"type": "tool_use", "id": tool_use_id(event.id), "name": event.name, "input": {}}
-            self._open(Phase.TOOL_USE, _encode(block) + b"}\n\n", out)
-            self._tools[event.index] = self._index
-            self._called_tools = True
+            if self.phase is Phase.IDLE:
+                self._start_message(None, out)
+            else:
+                self._close_block(out)
+                if self.phase is _FAILED:
+                    return
+            self._call, self._args = event, []
+            self.phase = Phase.TOOL_USE
 
     def _on_tool_args(self, event: ToolArgsDelta, out: list[bytes]) -> None:
-        if (
-            event.json_fragment
-            and self.phase is Phase.TOOL_USE
-            and self._tools.get(event.index) == self._index
-        ):
-            out.append(self._delta + _encode(event.json_fragment) + _END_DELTA)
+        call = self._call
+        if event.json_fragment and call is not None and event.index == call.index:
+            self._args.append(event.json_fragment)
 
     def _on_usage(self, event: UsageReport, out: list[bytes]) -> None:
         self._usage = event.usage
@@ -232,7 +247,9 @@ class AnthropicStream:
         if self._writable():
             if self.phase is Phase.IDLE:
                 self._start_message(None, out)
-            self._close_block(out)
+            self._close_block(out, cut=event.reason == "max_tokens")
+            if self.phase is _FAILED:
+                return
             self._reason = stop_reason(event.reason, self._called_tools)
             self._stop_sequence = event.stop_sequence if event.reason == "stop_sequence" else None
             self.phase = Phase.FINISHED
@@ -267,22 +284,52 @@ class AnthropicStream:
         out.append(event_frame(b"message_start", _encode(message)))
         self.phase = Phase.MESSAGE_OPEN
 
-    def _open(self, phase: Phase, block: bytes, out: list[bytes]) -> None:
+    def _open(self, phase: Phase, block: bytes, out: list[bytes]) -> bool:
+        """Open a thinking or text block; False if the tool call it ends failed the stream."""
         if self.phase is Phase.IDLE:
             self._start_message(None, out)
         else:
             self._close_block(out)
+            if self.phase is _FAILED:
+                return False
         self._index += 1
         out.append(_START % self._index + block)
         self._delta = _DELTA % self._index + _DELTA_KIND[phase]
         self.phase = phase
+        return True
 
-    def _close_block(self, out: list[bytes]) -> None:
-        if self.phase in _BLOCK_OPEN:
-            if self.phase is Phase.THINKING:
+    def _close_block(self, out: list[bytes], cut: bool = False) -> None:
+        """End the open block, or send the collected tool call (`cut`: the answer ran out of tokens)."""
+        phase = self.phase
+        if phase is Phase.TOOL_USE:
+            self._settle_call(out, cut)
+        elif phase in _BLOCK_OPEN:
+            if phase is Phase.THINKING:
                 out.append(_SIGNATURE % self._index)  # the real API signs just before the stop
             out.append(_STOP % self._index)
             self.phase = Phase.MESSAGE_OPEN
+
+    def _settle_call(self, out: list[bytes], cut: bool) -> None:
+        """The collected call as a whole tool_use block (start, its input in one delta, stop)
+        if its arguments are a JSON object; else the 502 a non-streamed answer gets, or
+        nothing for a call cut off by `max_tokens` (see the module doc)."""
+        call, fragments = self._call, self._args
+        self._call, self._args = None, []
+        self.phase = Phase.MESSAGE_OPEN
+        assert call is not None
+        arguments = object_arguments("".join(fragments))
+        if arguments is None:
+            if not cut:
+                error = UpstreamProtocolError
+                self._on_error(StreamError(kind=error.kind, message=NOT_AN_OBJECT, status=error.status), out)
+            return
+        self._index += 1
+        block = {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": {}}
+        out.append(_START % self._index + _encode(block) + b"}\n\n")
+        if arguments:
+            out.append(_INPUT % self._index + _encode(arguments) + _END_DELTA)
+        out.append(_STOP % self._index)
+        self._called_tools = True
 
 
 _HANDLERS: dict[type, Callable[[AnthropicStream, Any, list[bytes]], None]] = {
