@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from stub.schema import ChatRequest, NamedChoice, Tool, encode, message_texts, token_ids
+from stub.schema import MAX_MODEL_LEN, ChatRequest, NamedChoice, Tool, encode, message_texts, token_ids
 
 # fmt: off
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
@@ -138,8 +138,12 @@ class Answer:
     cached_tokens: int | None = None  # --prefix-cache: reported as usage.prompt_tokens_details
 
 
-def build_answer(req: ChatRequest, tokens: int, reasoning: bool) -> Answer:
-    """Decide the deterministic answer; raises ValueError for an invalid request (400)."""
+def build_answer(req: ChatRequest, tokens: int, reasoning: bool, max_model_len: int = MAX_MODEL_LEN) -> Answer:
+    """Decide the deterministic answer; raises ValueError for an invalid request (400).
+
+    As in vLLM 0.32, a `max_tokens` larger than the room the prompt leaves under
+    `max_model_len` is shortened to fit, not refused (the caller refuses a prompt that
+    leaves no room at all)."""
     tool = pick_tool(req)
     thoughts = REASONING if reasoning else ()
     prompt_tokens = len(token_ids(message_texts(req.messages)))
@@ -148,6 +152,8 @@ def build_answer(req: ChatRequest, tokens: int, reasoning: bool) -> Answer:
         used = len(thoughts) + len(split_arguments(arguments))
         return Answer(thoughts, (), tool.function.name, arguments, "tool_calls", None, prompt_tokens, used)
     limit = req.max_completion_tokens if req.max_tokens is None else req.max_tokens
+    room = max_model_len - prompt_tokens
+    limit = room if limit is None or limit > room else limit
     finish = "stop"
     if limit is not None and limit < tokens:
         tokens, finish = max(limit, 0), "length"
