@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -69,7 +68,8 @@ async def test_anthropic_hears_the_real_prompt_size(claude: anthropic.AsyncAnthr
         else:
             await claude.messages.create(model=model, max_tokens=64, messages=messages)
     body: Any = caught.value.body
-    assert body["error"] == {"type": "invalid_request_error", "message": "prompt is too long: 3672 tokens > 2048 maximum"}
+    assert body["error"] == {"type": "invalid_request_error",
+                             "message": "prompt is too long: 3672 tokens > 2048 maximum"}  # fmt: skip
 
 
 @pytest.mark.parametrize("streaming", [False, True])
@@ -146,14 +146,14 @@ async def llama_server() -> AsyncIterator[tuple[str, list[tuple[str, dict[str, A
 
 
 async def test_count_tokens_against_llama_server(
-    procs: Processes, tmp_path: Path, llama_server: tuple[str, list[tuple[str, dict[str, Any]]]]
+    procs: Processes, llama_server: tuple[str, list[tuple[str, dict[str, Any]]]]
 ) -> None:
     url, calls = llama_server
     gw = procs.gateway(upstream_toml("llama", url, ["llama"]))
+    user: Any = [{"role": "user", "content": "one two three"}]
     async with anthropic.AsyncAnthropic(base_url=f"{gw.url}/llm", api_key="x", max_retries=0, timeout=20) as sdk:
-        counted = await sdk.messages.count_tokens(model="llama", messages=[{"role": "user", "content": "one two three"}])
+        counted = await sdk.messages.count_tokens(model="llama", messages=user)
     # "<|im_start|>user\none two three<|im_end|>\n<|im_start|>assistant\n": 5 words, and the BOS
     assert counted.input_tokens == 6
     assert [path for path, _ in calls] == ["/tokenize", "/apply-template", "/tokenize"]
-    assert calls[2][1] == {"content": _llama_template([{"role": "user", "content": "one two three"}]),
-                           "add_special": True}  # fmt: skip
+    assert calls[2][1] == {"content": _llama_template(user), "add_special": True}

@@ -117,7 +117,7 @@ def _parsed(message: str) -> ContextLengthExceeded:
 def test_only_an_at_least_count_or_the_limit_plus_one_is_a_lower_bound(
     message: str, prompt: int, output: int | None, limit: int
 ) -> None:
-    bound = "at least" in message and "input tokens" in message or prompt == limit + 1
+    bound = ("at least" in message and "input tokens" in message) or prompt == limit + 1
     assert _parsed(message).exact is not bound
 
 
