@@ -236,16 +236,22 @@ class ContextLengthExceeded(UpstreamRejected):
     Carries the upstream's numbers, so each dialect can word it the way its clients
     recognise and act on (compact the history, or ask for fewer output tokens).
     `max_tokens` is None when the upstream did not say (its prompt alone was too long).
+    `exact` is False when `prompt_tokens` is only a lower bound: an upstream that stops
+    counting a prompt once it is over the limit says "at least N" (a client trimming by
+    the difference would trim too little).
     """
 
     kind = "context-length-exceeded"
     title = "Context length exceeded"
 
-    def __init__(self, message: str, *, prompt_tokens: int, max_tokens: int | None, limit: int) -> None:
+    def __init__(
+        self, message: str, *, prompt_tokens: int, max_tokens: int | None, limit: int, exact: bool = True
+    ) -> None:
         super().__init__(400, message)
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.limit = limit
+        self.exact = exact
 
     @property
     def prompt_alone_too_long(self) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from stub.schema import ChatRequest, NamedChoice, Tool, encode, message_texts, token_ids
+from stub.schema import MAX_MODEL_LEN, ChatRequest, NamedChoice, Tool, encode, message_texts, token_ids
 
 # fmt: off
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
@@ -157,12 +157,18 @@ class Answer:
     cached_tokens: int | None = None  # --prefix-cache: reported as usage.prompt_tokens_details
 
 
-def build_answer(req: ChatRequest, tokens: int, reasoning: bool) -> Answer:
-    """Decide the deterministic answer; raises ValueError for an invalid request (400)."""
+def build_answer(req: ChatRequest, tokens: int, reasoning: bool, max_model_len: int = MAX_MODEL_LEN) -> Answer:
+    """Decide the deterministic answer; raises ValueError for an invalid request (400).
+
+    As in vLLM 0.32, a `max_tokens` larger than the room the prompt leaves under
+    `max_model_len` is shortened to fit, not refused (the caller refuses a prompt that
+    leaves no room at all)."""
     tool = pick_tool(req)
     thoughts = REASONING if reasoning else ()
     prompt_tokens = len(token_ids(message_texts(req.messages)))
     limit = req.max_completion_tokens if req.max_tokens is None else req.max_tokens
+    room = max_model_len - prompt_tokens
+    limit = room if limit is None or limit > room else limit
     if tool is not None:
         arguments, finish = tool_arguments(tool.function.parameters), "tool_calls"
         fragments = split_arguments(arguments)

@@ -12,6 +12,7 @@ import sys
 
 from stub.faults import KINDS, RANDOM
 from stub.prefix_cache import BLOCK_TOKENS, DEFAULT_CAPACITY
+from stub.schema import MAX_MODEL_LEN
 from stub.server import StubConfig, run_server
 
 FAULT_HELP = (
@@ -147,6 +148,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "lines add prompt_tokens=P cached_tokens=C")  # fmt: skip
     parser.add_argument("--prefill-ms-per-1k-tokens", type=_non_negative, default=50.0, metavar="MS",
                         help="with --prefix-cache: prefill ms per 1,000 uncached tokens (default 50)")  # fmt: skip
+    parser.add_argument("--max-model-len", type=_positive, default=MAX_MODEL_LEN, metavar="N",
+                        help="like vLLM's: prompt plus output tokens of one sequence (a token is a word of the "
+                        "stub's). A chat prompt of N tokens or more is refused with vLLM 0.32's 400 (over N: "
+                        "'at least N+1 input tokens', the count stopping there, while /tokenize counts it all); "
+                        "a max_tokens over the room left is shortened to fit, not refused; reported by "
+                        f"/v1/models and /tokenize (default {MAX_MODEL_LEN})")  # fmt: skip
     parser.add_argument("--prefix-cache-blocks", type=_positive, default=DEFAULT_CAPACITY, metavar="N",
                         help=f"with --prefix-cache: blocks of {BLOCK_TOKENS} tokens kept "
                         f"(default {DEFAULT_CAPACITY})")  # fmt: skip
@@ -166,7 +173,8 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
                       fault=args.fault, fault_rate=rate, fault_after=args.fault_after or 0,
                       max_num_seqs=args.max_num_seqs, prefix_cache=args.prefix_cache,
                       prefix_cache_blocks=args.prefix_cache_blocks,
-                      prefill_ms_per_1k_tokens=args.prefill_ms_per_1k_tokens)  # fmt: skip
+                      prefill_ms_per_1k_tokens=args.prefill_ms_per_1k_tokens,
+                      max_model_len=args.max_model_len)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

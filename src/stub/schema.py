@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-MAX_MODEL_LEN = 8192
+MAX_MODEL_LEN = 8192  # vLLM's --max-model-len: the default of the stub's own
 
 
 class Part(msgspec.Struct):
@@ -80,11 +80,37 @@ TOKENIZE_DECODER = msgspec.json.Decoder(TokenizeRequest)
 encode = msgspec.json.encode
 
 
-def error_body(code: int, message: str) -> bytes:
+def error_body(code: int, message: str, param: str | None = None) -> bytes:
     """vLLM (>= 0.10.1) nested error envelope."""
     kind = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
-    info = {"message": message, "type": kind.get(code, "Error"), "param": None, "code": code}
+    info = {"message": message, "type": kind.get(code, "Error"), "param": param, "code": code}
     return encode({"error": info})
+
+
+def context_refusal(prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> tuple[str, str | None]:
+    """vLLM 0.32's refusal of a prompt that leaves no room for an output token: (message, param).
+
+    Over the limit, vLLM stops tokenizing at max-model-len + 1 tokens, so its message gives
+    that as a lower bound ("at least N input tokens"), however long the prompt is; its
+    `/tokenize` gives the real count. A prompt of exactly max-model-len tokens is counted
+    whole and refused by the engine's own check. The output size named is the request's
+    `max_tokens` (0 without one).
+    """
+    if prompt_tokens == max_model_len:
+        return (
+            f"The decoder prompt (length {prompt_tokens}) plus the number of requested output tokens (at least 1) "
+            f"is longer than the maximum model length of {max_model_len}. Make sure that `max_model_len` is no "
+            "smaller than the number of text tokens (prompt + requested output tokens).",
+            None,
+        )
+    seen, output = max_model_len + 1, max_tokens or 0
+    return (
+        f"This model's maximum context length is {max_model_len} tokens. However, you requested {output} output "
+        f"tokens and your prompt contains at least {seen} input tokens, for a total of at least {seen + output} "
+        "tokens. Please reduce the length of the input prompt or the number of requested output tokens. "
+        f"(parameter=input_tokens, value={seen})",
+        "input_tokens",
+    )
 
 
 def message_texts(messages: list[Message]) -> list[str]:
@@ -114,8 +140,9 @@ def token_ids(texts: list[str]) -> list[int]:
     return [zlib.crc32(word.encode()) % 100000 for text in texts for word in text.split()]
 
 
-def tokenize_body(body: bytes) -> bytes:
-    """Answer of POST /tokenize; raises ValueError (-> 400) on a bad request."""
+def tokenize_body(body: bytes, max_model_len: int = MAX_MODEL_LEN) -> bytes:
+    """Answer of POST /tokenize (the whole prompt, counted to its end whatever its length);
+    raises ValueError (-> 400) on a bad request."""
     req = TOKENIZE_DECODER.decode(body)
     if req.prompt is not None:
         ids = token_ids([req.prompt])
@@ -123,4 +150,4 @@ def tokenize_body(body: bytes) -> bytes:
         ids = token_ids(message_texts(req.messages))
     else:
         raise ValueError("Either `prompt` or `messages` must be given.")
-    return encode({"count": len(ids), "max_model_len": MAX_MODEL_LEN, "tokens": ids})
+    return encode({"count": len(ids), "max_model_len": max_model_len, "tokens": ids})

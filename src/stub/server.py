@@ -33,8 +33,10 @@ from stub.prefix_cache import DEFAULT_CAPACITY, PrefixCache
 from stub.scheduler import Scheduler
 from stub.schema import (
     CHAT_DECODER,
+    MAX_MODEL_LEN,
     USER_PREFIX,
     ChatRequest,
+    context_refusal,
     encode,
     error_body,
     last_user_text,
@@ -69,14 +71,15 @@ class StubConfig:
     prefix_cache: bool = False
     prefix_cache_blocks: int = DEFAULT_CAPACITY
     prefill_ms_per_1k_tokens: float = 50.0  # with prefix_cache: per 1,000 uncached prompt tokens
+    max_model_len: int = MAX_MODEL_LEN  # prompt + output tokens of one sequence, as vLLM's --max-model-len
 
 
 class Rejected(Exception):
     """A chat request answered with an error before it starts: no log line, never in flight."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.param = status, message, param
 
 
 class Stub:
@@ -116,7 +119,7 @@ class Stub:
                 "owned_by": "stub",
                 "root": m,
                 "parent": None,
-                "max_model_len": 8192,
+                "max_model_len": config.max_model_len,
             }
             for m in config.models or ("stub",)
         ]
@@ -199,7 +202,7 @@ class Stub:
             proto.finish(response(200, self.metrics_body(), keep, METRICS_TYPE), keep)
         elif path == b"/tokenize" and method == b"POST":
             try:
-                proto.finish(response(200, tokenize_body(body), keep), keep)
+                proto.finish(response(200, tokenize_body(body, self.config.max_model_len), keep), keep)
             except (msgspec.DecodeError, ValueError) as exc:
                 proto.finish(response(400, error_body(400, str(exc)), keep), keep)
         else:
@@ -212,7 +215,7 @@ class Stub:
         cfg = self.config
         try:
             req = CHAT_DECODER.decode(body)
-            answer = build_answer(req, cfg.tokens, cfg.reasoning)
+            answer = build_answer(req, cfg.tokens, cfg.reasoning, cfg.max_model_len)
         except msgspec.ValidationError as exc:
             raise Rejected(400, str(exc)) from exc
         except msgspec.DecodeError as exc:
@@ -221,6 +224,9 @@ class Stub:
             raise Rejected(400, str(exc)) from exc
         if cfg.models and req.model not in cfg.models:
             raise Rejected(404, f"The model `{req.model}` does not exist.")
+        if answer.prompt_tokens >= cfg.max_model_len:  # no room for one output token: vLLM 0.32's refusal
+            requested = req.max_completion_tokens if req.max_tokens is None else req.max_tokens
+            raise Rejected(400, *context_refusal(answer.prompt_tokens, requested, cfg.max_model_len))
         if cfg.error_rate and self.rng.random() < cfg.error_rate:
             raise Rejected(500, "Injected failure (stub --error-rate).")
         return req, answer
@@ -229,7 +235,7 @@ class Stub:
         try:
             req, answer = self.admit(body)
         except Rejected as exc:
-            proto.finish(response(exc.status, error_body(exc.status, exc.message), keep), keep)
+            proto.finish(response(exc.status, error_body(exc.status, exc.message, exc.param), keep), keep)
             return None
         if self.faults is not None:  # the only cost of fault injection without --fault
             fault = self.faults.draw()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.outbound.openai_compat.context_errors import parse_context_length, upstream_rejection
+from adapters.outbound.openai_compat.context_errors import parse_context_length, upstream_rejection, with_prompt_count
 from domain.errors import ContextLengthExceeded, UpstreamRejected
 
 # (upstream message, prompt tokens, requested output, limit), one per wording vLLM has used
@@ -96,3 +96,76 @@ def test_only_a_400_is_read_as_a_context_length_refusal() -> None:
     assert isinstance(message, str)
     error = upstream_rejection(422, message)
     assert type(error) is UpstreamRejected and error.status == 422
+
+
+# --- lower bounds: vLLM stops counting a prompt past the limit --------------------------------
+
+VLLM_032 = (
+    "This model's maximum context length is 2048 tokens. However, you requested 64 output tokens and your prompt "
+    "contains at least 2049 input tokens, for a total of at least 2113 tokens. Please reduce the length of the "
+    "input prompt or the number of requested output tokens. (parameter=input_tokens, value=2049)"
+)
+
+
+def _parsed(message: str) -> ContextLengthExceeded:
+    error = parse_context_length(message)
+    assert error is not None
+    return error
+
+
+@pytest.mark.parametrize(("message", "prompt", "output", "limit"), KNOWN)
+def test_only_an_at_least_count_or_the_limit_plus_one_is_a_lower_bound(
+    message: str, prompt: int, output: int | None, limit: int
+) -> None:
+    bound = ("at least" in message and "input tokens" in message) or prompt == limit + 1
+    assert _parsed(message).exact is not bound
+
+
+def test_vllm_032s_refusal_is_a_lower_bound_on_the_prompt_alone() -> None:
+    error = _parsed(VLLM_032)
+    assert (error.prompt_tokens, error.max_tokens, error.limit, error.exact) == (2049, 64, 2048, False)
+    assert error.prompt_alone_too_long
+
+
+def test_the_engines_own_at_least_one_output_token_is_not_a_bound_on_the_prompt() -> None:
+    error = _parsed(
+        "The decoder prompt (length 2048) plus the number of requested output tokens (at least 1) is longer than "
+        "the maximum model length of 2048. Make sure that `max_model_len` is no smaller than the number of text "
+        "tokens (prompt + requested output tokens)."
+    )
+    assert (error.prompt_tokens, error.limit, error.exact) == (2048, 2048, True)
+
+
+def test_a_count_replaces_the_bound_and_its_words() -> None:
+    bound = _parsed(VLLM_032)
+    counted = with_prompt_count(bound, 3672)
+    assert (counted.prompt_tokens, counted.max_tokens, counted.limit, counted.exact) == (3672, 64, 2048, True)
+    assert counted.message == (
+        "This model's maximum context length is 2048 tokens. However, you requested 64 output tokens and your "
+        "prompt contains 3672 input tokens, for a total of 3736 tokens. Please reduce the length of the input "
+        "prompt or the number of requested output tokens."
+    )
+    assert (counted.status, counted.kind) == (400, "context-length-exceeded")
+    again = _parsed(counted.message)  # the new words say the same numbers
+    assert (again.prompt_tokens, again.max_tokens, again.limit, again.exact) == (3672, 64, 2048, True)
+
+
+def test_an_older_bound_with_a_large_output_becomes_prompt_plus_output() -> None:
+    """vLLM 0.11 counted to limit - max_tokens + 1: the real prompt may fit alone."""
+    counted = with_prompt_count(_parsed(KNOWN[5].values[0]), 800)  # type: ignore[arg-type]
+    assert (counted.prompt_tokens, counted.max_tokens, counted.exact) == (800, 32000, True)
+    assert not counted.prompt_alone_too_long
+
+
+def test_a_bound_without_an_output_size_is_worded_as_the_input_alone() -> None:
+    bound = _parsed("This model's maximum context length is 4096 tokens. However, your request has 4097 input tokens.")
+    assert not bound.exact and bound.max_tokens is None
+    counted = with_prompt_count(bound, 5000)
+    assert counted.message == ("This model's maximum context length is 4096 tokens. However, your request has 5000 "
+                               "input tokens. Please reduce the length of the input messages.")  # fmt: skip
+    assert _parsed(counted.message).prompt_tokens == 5000
+
+
+def test_a_count_below_the_bound_is_not_believed() -> None:
+    bound = _parsed(VLLM_032)
+    assert with_prompt_count(bound, 12) is bound

@@ -241,3 +241,19 @@ def test_tokenize_body_uses_the_same_message_mapping() -> None:
         "model": "m",
         "messages": [{"role": "user", "content": "count me"}],
     }
+
+
+def test_tokenize_body_carries_what_shapes_the_prompt() -> None:
+    """The chat template's kwargs (the reasoning switch winning) and a prefill's flags change the
+    prompt vLLM renders, so they go with the count; sampling and output options do not."""
+    request = ChatRequest(
+        model="m", messages=[user("count me")], prefill=True, max_tokens=5, temperature=0.5,
+        reasoning=ReasoningConfig(enabled=False, budget_tokens=64), chat_template_kwargs={"custom": 1},
+    )  # fmt: skip
+    assert msgspec.json.decode(encode_tokenize(request)) == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "count me"}],
+        "chat_template_kwargs": {"custom": 1, "enable_thinking": False},
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+    }

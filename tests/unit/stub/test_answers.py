@@ -17,7 +17,7 @@ from stub.answers import (
     stream_frames,
     tool_arguments,
 )
-from stub.schema import CHAT_DECODER, ChatRequest, Tool, error_body, tokenize_body
+from stub.schema import CHAT_DECODER, ChatRequest, Tool, context_refusal, error_body, tokenize_body
 
 WEATHER = {
     "type": "function",
@@ -296,3 +296,24 @@ def test_tokenize_counts_whitespace_words_deterministically() -> None:
     assert one["count"] == 3 and len(one["tokens"]) == 3 and one["max_model_len"] == 8192
     with pytest.raises(ValueError):
         tokenize_body(b'{"model":"m"}')
+
+
+def test_max_tokens_over_the_room_left_is_shortened_to_fit() -> None:
+    """vLLM 0.32: a prompt that fits with too large a max_tokens is answered, not refused."""
+    answer = build_answer(chat(messages=user("a b c d e f"), max_tokens=500), 16, False, max_model_len=10)
+    assert (answer.prompt_tokens, answer.completion_tokens, answer.finish_reason) == (6, 4, "length")
+    roomy = build_answer(chat(messages=user("a b c"), max_tokens=500), 16, False, max_model_len=100)
+    assert (roomy.completion_tokens, roomy.finish_reason) == (16, "stop")
+
+
+def test_the_context_refusal_counts_only_to_the_limit_plus_one() -> None:
+    message, param = context_refusal(3672, 64, 2048)
+    assert param == "input_tokens"
+    assert "your prompt contains at least 2049 input tokens, for a total of at least 2113 tokens" in message
+    assert message.endswith("(parameter=input_tokens, value=2049)")
+    assert context_refusal(9000, None, 2048)[0].startswith(
+        "This model's maximum context length is 2048 tokens. However, you requested 0 output tokens"
+    )
+    exact, none = context_refusal(2048, 64, 2048)
+    assert none is None and exact.startswith("The decoder prompt (length 2048) plus")
+    assert msgspec.json.decode(error_body(400, message, param))["error"]["param"] == "input_tokens"

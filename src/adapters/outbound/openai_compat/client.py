@@ -25,6 +25,10 @@ Every error raised for a failed call carries how far the call got
 (`GatewayError.failure`, a `domain.upstream_failures.FailureKind`), which outlier
 ejection and the one safe retry to another replica read; the error's class, status and
 message (what the client sees) do not depend on it.
+
+A context-length refusal (400) whose prompt size is only a lower bound (vLLM stops counting
+past the limit) is corrected before it is raised: the same server (the same replica) is asked
+its `/tokenize` count, within `recount_timeout` (`token_count.py`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from adapters.deadline import Deadlines
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, Usage
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import (
+    ContextLengthExceeded,
     GatewayError,
     NotSupported,
     UpstreamError,
@@ -60,10 +65,11 @@ from .completion_body import encode_completion, encode_embeddings
 from .completion_mapping import TextStreamMapper, completion_from_body, embeddings_from_body
 from .context_errors import upstream_rejection
 from .replica_sessions import ReplicaSessions
-from .request_body import encode_chat, encode_tokenize
+from .request_body import encode_chat
 from .session import CURRENT_ATTEMPT, Attempt
 from .stream_mapping import StreamMapper, response_from_completion
-from .wire import ERROR_DECODER, TOKENIZE_DECODER
+from .token_count import APPLY_TEMPLATE, TOKENIZE, count_chat, recount
+from .wire import ERROR_DECODER
 
 log = logging.getLogger("gateway.upstream")
 
@@ -76,14 +82,15 @@ class ClientTracer(Protocol):
 _JSON = {"Content-Type": "application/json", "Accept": "application/json", "Accept-Encoding": "identity"}
 _SSE = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
 _CHAT, _COMPLETIONS, _EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
+RECOUNT_TIMEOUT = 5.0  # seconds for the /tokenize count that corrects a refusal's lower bound
 
 
 class OpenAICompatClient:
     """One upstream server; share one instance per upstream address."""
 
     __slots__ = (
-        "_chat_url", "_completions_url", "_deadlines", "_embeddings_url", "_first_byte", "_idle", "_replica_urls",
-        "_replicas", "_sessions", "_timeout", "_tokenize_url", "_tracer", "name",
+        "_chat_url", "_completions_url", "_deadlines", "_embeddings_url", "_first_byte", "_helper_urls", "_idle",
+        "_recount_timeout", "_replica_urls", "_replicas", "_sessions", "_timeout", "_tracer", "name",
     )
 
     def __init__(
@@ -97,6 +104,7 @@ class OpenAICompatClient:
         idle_timeout: float = 120.0,
         tracer: ClientTracer | None = None,
         replicas: ReplicaSessions | None = None,
+        recount_timeout: float = RECOUNT_TIMEOUT,
     ) -> None:
         root = base_url.rstrip("/")
         self.name = name
@@ -107,7 +115,8 @@ class OpenAICompatClient:
         self._chat_url = URL(root + _CHAT)
         self._completions_url = URL(root + _COMPLETIONS)
         self._embeddings_url = URL(root + _EMBEDDINGS)
-        self._tokenize_url = URL(root + "/tokenize")
+        self._helper_urls = {path: URL(root + path) for path in (TOKENIZE, APPLY_TEMPLATE)}
+        self._recount_timeout = recount_timeout
         # Per call: the first byte and each body read are bounded by our own timers below.
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
         self._first_byte = first_byte_timeout
@@ -118,9 +127,13 @@ class OpenAICompatClient:
         return f"OpenAICompatClient({self.name!r}, {str(self._chat_url.origin())!r})"
 
     async def complete(self, request: ChatRequest, replica: str | None = None) -> ChatResponse:
-        raw, span = await self._call(
-            replica, _CHAT, self._chat_url, encode_chat(request, stream=False), "chat", request.model
-        )
+        try:
+            raw, span = await self._call(
+                replica, _CHAT, self._chat_url, encode_chat(request, stream=False), "chat", request.model
+            )
+        except ContextLengthExceeded as exc:
+            await self._raise_counted(exc, request, replica)
+            raise
         try:
             try:
                 response = response_from_completion(raw)
@@ -137,14 +150,19 @@ class OpenAICompatClient:
         self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         return self._open(
-            replica, _CHAT, self._chat_url, encode_chat(request, stream=True), "chat", request.model, StreamMapper(),
+            replica, _CHAT, self._chat_url, encode_chat(request, stream=True), "chat", request, StreamMapper(),
             heartbeat,
         )
 
     async def complete_text(self, request: CompletionRequest, replica: str | None = None) -> Completion:
-        raw, span = await self._call(
-            replica, _COMPLETIONS, self._completions_url, encode_completion(request), "text_completion", request.model
-        )
+        try:
+            raw, span = await self._call(
+                replica, _COMPLETIONS, self._completions_url, encode_completion(request), "text_completion",
+                request.model,
+            )
+        except ContextLengthExceeded as exc:
+            await self._raise_counted(exc, request, replica)
+            raise
         try:
             try:
                 answer = completion_from_body(raw)
@@ -162,7 +180,7 @@ class OpenAICompatClient:
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         return self._open(
             replica, _COMPLETIONS, self._completions_url, encode_completion(request), "text_completion",
-            request.model, TextStreamMapper(),
+            request, TextStreamMapper(),
         )
 
     async def embed(self, request: EmbeddingRequest, replica: str | None = None) -> Embeddings:
@@ -235,25 +253,41 @@ class OpenAICompatClient:
             raise
 
     def _open(
-        self, replica: str | None, path: str, default: URL, body: bytes, operation: str, model: str, mapper: Mapper,
-        heartbeat: float | None = None,
+        self, replica: str | None, path: str, default: URL, body: bytes, operation: str,
+        request: ChatRequest | CompletionRequest, mapper: Mapper, heartbeat: float | None = None,
     ) -> _OpenStream:
-        return _OpenStream(self, replica, path, default, body, operation, model, mapper, heartbeat)
+        return _OpenStream(self, replica, path, default, body, operation, request, mapper, heartbeat)
 
     async def count_tokens(self, request: ChatRequest) -> int:
-        body = encode_tokenize(request)
-        resp = await self._post(self._sessions[self.name], self._tokenize_url, body, _JSON)
+        return await count_chat(self._ask, request)
+
+    async def _raise_counted(
+        self, error: ContextLengthExceeded, request: ChatRequest | CompletionRequest, replica: str | None
+    ) -> None:
+        """Raise `error` with its prompt's real size when it had only a lower bound and the
+        server counted it; return (the caller re-raises `error`) otherwise."""
+        if error.exact:
+            return
+        counted = await recount(self._ask, error, request, replica, self._recount_timeout)
+        if counted is not error:
+            raise counted from error
+
+    async def _ask(self, replica: str | None, path: str, body: bytes) -> bytes:
+        """One call of a helper endpoint (`/tokenize`, `/apply-template`) on the upstream or the
+        replica: the answer's body; a 404 is `NotSupported`, another failure its domain error."""
+        session, url = self._target(replica, path, self._helper_urls[path])
         try:
-            if resp.status == 404:
-                raise NotSupported("upstream has no /tokenize")
-            await self._check_status(resp)
-            raw = await self._read_all(resp)
+            resp = await self._post(session, url, body, _JSON)
+            try:
+                if resp.status == 404:
+                    raise NotSupported(f"upstream has no {path}")
+                await self._check_status(resp)
+                return await self._read_all(resp)
+            finally:
+                resp.close()
         finally:
-            resp.close()
-        try:
-            return TOKENIZE_DECODER.decode(raw).count
-        except msgspec.DecodeError as exc:
-            raise UpstreamProtocolError(f"malformed /tokenize answer: {exc}") from None
+            if replica is not None:
+                self._replicas.release(replica)
 
     # --- transport -------------------------------------------------------------------
 
@@ -357,15 +391,16 @@ class _OpenStream:
     response (an early exit aborts the generation upstream), gives the replica's session back
     and ends the span."""
 
-    __slots__ = ("_args", "_client", "_replica", "_span", "_stream")
+    __slots__ = ("_args", "_client", "_replica", "_request", "_span", "_stream")
 
     def __init__(
         self, client: OpenAICompatClient, replica: str | None, path: str, default: URL, body: bytes,
-        operation: str, model: str, mapper: Mapper, heartbeat: float | None,
+        operation: str, request: ChatRequest | CompletionRequest, mapper: Mapper, heartbeat: float | None,
     ) -> None:
         self._client = client
         self._replica = replica
-        self._args = (path, default, body, operation, model, mapper, heartbeat)
+        self._request = request
+        self._args = (path, default, body, operation, request.model, mapper, heartbeat)
         self._span: Span | None = None
         self._stream: ChunkStream | None = None
 
@@ -396,6 +431,8 @@ class _OpenStream:
                 raise
         except BaseException as exc:
             _end_span(span, exc)
+            if isinstance(exc, ContextLengthExceeded):
+                await client._raise_counted(exc, self._request, replica)
             raise
         self._stream = stream
         return stream

@@ -18,6 +18,12 @@ its own small pattern, so a reworded sentence around the numbers still parses:
 
 A 400 without a limit and a prompt size in it is not a context-length error: it passes
 through unchanged as `UpstreamRejected`.
+
+A prompt size is a lower bound, not the prompt's size, when vLLM says "at least N input
+tokens": it stops tokenizing a prompt once it is over the limit (0.32: at max-model-len + 1,
+whatever the prompt's real size). A size of exactly limit + 1 is taken as such a bound too,
+whatever the wording. The client then asks the server's `/tokenize` for the real size
+(`with_prompt_count`), so a client that trims by the difference trims enough.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ _PROMPT = (
     re.compile(r"(\d+) (?:input|prompt) tokens\b", re.IGNORECASE),
     re.compile(r"prompt \(length (\d+)\)", re.IGNORECASE),
 )
+_AT_LEAST = re.compile(r"at least (\d+) (?:input|prompt) tokens\b", re.IGNORECASE)
 _OUTPUT = (
     re.compile(r"(\d+) in the completion", re.IGNORECASE),
     re.compile(r"(\d+) output tokens\b", re.IGNORECASE),
@@ -59,7 +66,37 @@ def parse_context_length(message: str) -> ContextLengthExceeded | None:
     limit_tokens = int(limit.group(1))
     if output is None and prompt < limit_tokens:
         return None  # numbers that do not explain the refusal: better passed through as they are
-    return ContextLengthExceeded(message, prompt_tokens=prompt, max_tokens=output, limit=limit_tokens)
+    exact = _AT_LEAST.search(message) is None and prompt != limit_tokens + 1
+    return ContextLengthExceeded(message, prompt_tokens=prompt, max_tokens=output, limit=limit_tokens, exact=exact)
+
+
+def exact_message(prompt: int, output: int | None, limit: int) -> str:
+    """A context-length refusal worded as vLLM words one whose prompt it counted to the end
+    (so it reads like any other upstream refusal, and parses back to the same numbers)."""
+    if output is None:
+        return (
+            f"This model's maximum context length is {limit} tokens. However, your request has {prompt} "
+            "input tokens. Please reduce the length of the input messages."
+        )
+    return (
+        f"This model's maximum context length is {limit} tokens. However, you requested {output} output tokens "
+        f"and your prompt contains {prompt} input tokens, for a total of {prompt + output} tokens. Please reduce "
+        "the length of the input prompt or the number of requested output tokens."
+    )
+
+
+def with_prompt_count(error: ContextLengthExceeded, count: int) -> ContextLengthExceeded:
+    """The refusal with the prompt's size as the server's tokenizer counted it, and a message
+    that says so; the refusal as it was when the count is below its bound (a tokenizer that
+    disagrees with the refusal's own count is not believed over it)."""
+    if count < error.prompt_tokens:
+        return error
+    counted = ContextLengthExceeded(
+        exact_message(count, error.max_tokens, error.limit),
+        prompt_tokens=count, max_tokens=error.max_tokens, limit=error.limit,
+    )  # fmt: skip
+    counted.failure = error.failure
+    return counted
 
 
 def upstream_rejection(status: int, message: str) -> UpstreamRejected:

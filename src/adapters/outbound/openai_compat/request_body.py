@@ -57,11 +57,28 @@ def encode_chat(request: ChatRequest, *, stream: bool | None = None) -> bytes:
 
 
 def encode_tokenize(request: ChatRequest) -> bytes:
-    """The body of vLLM's chat-style `POST /tokenize` (same message mapping as chat)."""
+    """The body of vLLM's chat-style `POST /tokenize`: what shapes the prompt of the chat call
+    (its messages, tools, chat template kwargs and a prefill's flags), so the count is the
+    prompt's. llama.cpp's `/apply-template` reads the same body."""
     body: Json = {"model": request.model, "messages": map_messages(request.messages)}
     if request.tools:
         body["tools"] = [_tool(t.name, t.description, t.parameters) for t in request.tools]
+    kwargs = _template_kwargs(request)
+    if kwargs is not None:
+        body["chat_template_kwargs"] = kwargs
+    if request.prefill:
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False
     return _ENCODER.encode(body)
+
+
+def _template_kwargs(request: ChatRequest) -> Json | None:
+    """The chat template's kwargs: the client's, with the reasoning switch (which wins)."""
+    reasoning = request.reasoning
+    kwargs = request.chat_template_kwargs
+    if reasoning is not None and reasoning.enabled is not None:
+        kwargs = {**(kwargs or {}), "enable_thinking": reasoning.enabled}
+    return kwargs
 
 
 def chat_body(request: ChatRequest, stream: bool) -> Json:
@@ -83,10 +100,8 @@ def chat_body(request: ChatRequest, stream: bool) -> Json:
     if request.user is not None:
         body["user"] = request.user
     reasoning = request.reasoning
-    kwargs = request.chat_template_kwargs
+    kwargs = _template_kwargs(request)
     if reasoning is not None:
-        if reasoning.enabled is not None:
-            kwargs = {**(kwargs or {}), "enable_thinking": reasoning.enabled}
         if reasoning.budget_tokens is not None:
             body["thinking_token_budget"] = reasoning.budget_tokens
         if reasoning.effort is not None:

@@ -171,7 +171,23 @@ class CompletionView(ErrorFields):
 
 
 class TokenizeView(View):
-    count: int
+    """A `/tokenize` answer: vLLM's `{"count": N, "max_model_len": M, "tokens": [...]}`, or
+    llama.cpp's llama-server's `{"tokens": [...]}` (no `count`)."""
+
+    count: int | None = None
+    tokens: list[int] | None = None
+
+    def size(self) -> int | None:
+        """The number of tokens counted; None for an answer with neither field."""
+        if self.count is not None:
+            return self.count
+        return None if self.tokens is None else len(self.tokens)
+
+
+class TemplateView(View):
+    """llama-server's `/apply-template` answer: the prompt its chat template makes."""
+
+    prompt: str
 
 
 # --- text completions and embeddings ---------------------------------------------------------
@@ -211,5 +227,6 @@ STRING_DECODER = msgspec.json.Decoder(str)  # one JSON string literal: a token's
 COMPLETION_DECODER = msgspec.json.Decoder(CompletionView)
 ERROR_DECODER = msgspec.json.Decoder(ErrorFields)
 TOKENIZE_DECODER = msgspec.json.Decoder(TokenizeView)
+TEMPLATE_DECODER = msgspec.json.Decoder(TemplateView)
 TEXT_DECODER = msgspec.json.Decoder(TextCompletionView)
 EMBEDDINGS_DECODER = msgspec.json.Decoder(EmbeddingListView)
