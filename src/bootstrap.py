@@ -199,20 +199,21 @@ def _replica_care(config: Config, gate: Any, clock: SystemClock, metrics: Promet
 
 
 def _load_scrapers(
-    config: Config, replica_sessions: Mapping[str, ReplicaSessions]
+    config: Config, replica_sessions: Mapping[str, ReplicaSessions], clock: SystemClock
 ) -> dict[str, VllmLoadScraper]:
     """A reader of the replicas' own load (`GET /metrics`) per upstream with `[endpoints] load_metrics`,
     on the replicas' own sessions; it reads the replicas the discovery watch tells it."""
     from adapters.outbound.vllm_load import VllmLoadScraper
 
     return {
-        name: VllmLoadScraper(name, replica_sessions[name], u.endpoints.load_metrics_interval_seconds)
+        name: VllmLoadScraper(name, replica_sessions[name], u.endpoints.load_metrics_interval_seconds, clock)
         for name, u in config.upstreams.items() if u.endpoints is not None and u.endpoints.load_metrics
     }
 
 
 def _saturation(gate: Any, scraper: VllmLoadScraper, sequence_slots: int) -> Callable[[Mapping[str, LoadReport]], None]:
-    """After each round of reads: the replicas with no room by their own account, to the gate."""
+    """After each round of reads, and when a report expires: the replicas with no room by their own
+    account, to the gate."""
     def told(reports: Mapping[str, LoadReport]) -> None:
         gate.set_saturated(scraper.upstream,
                            saturated_replicas(reports, scraper.now(), scraper.interval, sequence_slots))
@@ -483,7 +484,7 @@ class Container(containers.DeclarativeContainer):
     metrics = providers.Singleton(_metrics, config, gate)
     # Replica health (outlier ejection, the one safe retry) and the replicas' own load.
     replica_care = providers.Singleton(_replica_care, config, gate, clock, metrics)
-    load_scrapers = providers.Singleton(_load_scrapers, config, replica_sessions)
+    load_scrapers = providers.Singleton(_load_scrapers, config, replica_sessions, clock)
     replica_watch = providers.Singleton(_replica_watch, config, gate, replica_sessions, replica_care, load_scrapers)
     usage = providers.Singleton(lambda c: _usage_ledger(c), config)
     consumer_concurrency = providers.Singleton(lambda c: _consumer_concurrency(c), config)

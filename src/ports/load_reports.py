@@ -7,8 +7,9 @@ from typing import Protocol
 
 from domain.load_reports import LoadReport
 
-RoundListener = Callable[[Mapping[str, LoadReport]], None]
-"""Told the last good report of each replica after every round of reads."""
+LoadListener = Callable[[Mapping[str, LoadReport]], None]
+"""Told the fresh report of each replica after every round of reads, and again whenever one
+expires between rounds (a replica it held back is then judged on the gateway's counts alone)."""
 
 
 class LoadReports(Protocol):
@@ -21,10 +22,16 @@ class LoadReports(Protocol):
         """The replicas to read: the discovery answer (others' reports are dropped)."""
         ...
 
-    async def start(self, listener: RoundListener | None = None) -> None: ...
+    async def start(self, listener: LoadListener | None = None) -> None: ...
 
     def reports(self) -> Mapping[str, LoadReport]:
-        """The last good report of each replica followed (stale ones included: see `fresh`)."""
+        """The fresh report of each replica followed (`domain.load_reports.LoadBook`: a stale
+        one is not kept)."""
+        ...
+
+    def read_at(self) -> Mapping[str, float]:
+        """When each followed replica's load was last read well (kept after its report expired:
+        the age of the last good read, for `gateway_endpoint_report_age_seconds`)."""
         ...
 
     def now(self) -> float:

@@ -139,8 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=_positive, default=None, metavar="N",
                         help="like vLLM's: at most N sequences generate at once (a request for n choices is n; "
                         "chat and text completions), the others wait inside the stub in arrival order (--log lines add "
-                        "waiting=W seqs=S; GET /metrics serves "
-                        "vllm:num_requests_running and vllm:num_requests_waiting); default: no limit")  # fmt: skip
+                        "waiting=W seqs=S; GET /metrics serves vllm:num_requests_running, "
+                        "vllm:num_requests_waiting, vllm:num_requests_waiting_by_reason and vllm:kv_cache_usage_perc, "
+                        "labelled engine and model_name as vLLM 0.32 does); default: no limit")  # fmt: skip
     parser.add_argument("--prefix-cache", action="store_true",
                         help="like vLLM's automatic prefix caching: keep the prompt blocks served (LRU); a "
                         "request's first token waits --prefill-ms-per-1k-tokens per 1,000 uncached prompt "

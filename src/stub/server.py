@@ -9,7 +9,7 @@ then stops counting as in flight at once (a vLLM abort).
 
 With ``--max-num-seqs N`` (``stub.scheduler``) a request beyond N waits inside the stub,
 as in vLLM's scheduler; its hold, prefill and chunk delays start when it starts
-generating. ``GET /metrics`` then serves vLLM's two scheduler gauges (``stub.metrics``).
+generating. ``GET /metrics`` then serves vLLM 0.32's scheduler gauges (``stub.metrics``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `EndpointMetrics`: the replicas by state and each one's requests in flight, read from the
 gate at scrape time (with Redis, the shared counts), and the requests each replica got.
-`ReplicaMetrics`: the replicas' own load as last read (`[endpoints] load_metrics`), read at
-scrape time, and the ejections counted as they happen."""
+`ReplicaMetrics`: the replicas' own load while fresh (`[endpoints] load_metrics`) and the age of
+each one's last good read, read at scrape time, and the ejections counted as they happen."""
 
 from __future__ import annotations
 
@@ -73,10 +73,11 @@ class _LoadCollector(Collector):
         if not self.sources:
             return
         reported = GaugeMetricFamily(
-            "gateway_endpoint_reported", "A replica's own scheduler gauges (vLLM), as last read",
-            labels=["upstream", "endpoint", "kind"])
+            "gateway_endpoint_reported",
+            "A replica's own scheduler gauges (vLLM) while the last read is fresh: running, waiting, "
+            "deferred (of those waiting, not for room)", labels=["upstream", "endpoint", "kind"])
         age = GaugeMetricFamily(
-            "gateway_endpoint_report_age_seconds", "Seconds since a replica's load was last read",
+            "gateway_endpoint_report_age_seconds", "Seconds since a replica's load was last read well",
             labels=["upstream", "endpoint"])
         for upstream, source in self.sources.items():
             now = source.now()
@@ -84,7 +85,9 @@ class _LoadCollector(Collector):
                 endpoint = endpoint_of(address)
                 reported.add_metric([upstream, endpoint, "running"], report.running)
                 reported.add_metric([upstream, endpoint, "waiting"], report.waiting)
-                age.add_metric([upstream, endpoint], max(0.0, now - report.at))
+                reported.add_metric([upstream, endpoint, "deferred"], report.deferred)
+            for address, at in sorted(source.read_at().items()):
+                age.add_metric([upstream, endpoint_of(address)], max(0.0, now - at))
         yield reported
         yield age
 

@@ -1,7 +1,8 @@
 """Reading vLLM's own load: real stub processes with `--max-num-seqs` loaded directly (a client
-talking to the stub, not through the gateway), and loopback servers whose /metrics hangs,
-answers 500, or does not exist. What the scraper reports, what the pick rule makes of it
-(`domain.load_reports`), and the gauges it exports."""
+talking to the stub, not through the gateway), and loopback servers whose /metrics is vLLM
+0.32's page (`tests/fixtures/vllm-0.32-metrics.txt`) served slowly, hangs, answers 500, is too
+large, or does not exist. What the scraper reports, how long a report counts, what the pick
+rule makes of it (`domain.load_reports`), and the gauges it exports."""
 
 from __future__ import annotations
 
@@ -9,21 +10,32 @@ import asyncio
 import itertools
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
+from tests.support.vllm_page import Engine, fixture, vllm_page
 
 from adapters.outbound.openai_compat.replica_sessions import ReplicaSessions
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from adapters.outbound.replica_metrics import ReplicaMetrics
-from adapters.outbound.vllm_load import VllmLoadScraper, parse_load
-from domain.load_reports import LoadReport, fresh, saturated, saturated_replicas
+from adapters.outbound.vllm_load import MAX_BODY, VllmLoadScraper
+from domain.load_reports import LoadReport, saturated, saturated_replicas
 from stub.launcher import running_stub
 
 PAGE = 'vllm:num_requests_running{model_name="m"} 1\nvllm:num_requests_waiting{model_name="m"} 3\n'
+
+
+class FakeClock:
+    """`ports.clock.Clock`, moved by hand."""
+
+    def __init__(self, at: float = 100.0) -> None:
+        self.at = at
+
+    def now(self) -> float:
+        return self.at
 
 
 class FakeGate:
@@ -122,7 +134,7 @@ async def test_the_background_rounds_follow_the_interval_and_tell_the_listener(p
         assert 4 <= len(rounds) <= 6 and all(0.1 < b - a < 0.35 for a, b in itertools.pairwise(rounds))
 
 
-async def test_a_metrics_page_that_hangs_or_fails_is_ignored_and_the_last_good_report_ages_out(
+async def test_a_metrics_page_that_hangs_or_fails_changes_nothing_and_the_last_good_report_expires(
     pool: ReplicaSessions, metrics_server: Callable[[Handler], Awaitable[tuple[str, list[float]]]],
 ) -> None:
     state = {"mode": "ok"}
@@ -140,21 +152,102 @@ async def test_a_metrics_page_that_hangs_or_fails_is_ignored_and_the_last_good_r
 
     flaky_url, _ = await metrics_server(flaky)
     hang_url, _ = await metrics_server(hangs)
-    scraper = VllmLoadScraper("reasoning", pool, interval=0.4)
+    clock = FakeClock()
+    scraper = VllmLoadScraper("reasoning", pool, interval=0.4, clock=clock)
     scraper.follow([flaky_url, hang_url])
     started = time.monotonic()
     await scraper.read_round()
-    assert time.monotonic() - started < 0.4  # all at once, each bounded by half the interval
+    assert 0.35 < time.monotonic() - started < 1.0  # all at once, each bounded by min(interval, 2 s)
     assert set(scraper.reports()) == {flaky_url}  # the one that hangs is used on our own counts alone
     good = scraper.reports()[flaky_url]
-    assert saturated(good, scraper.now(), 0.4, 4)
+    assert good.at == 100.0 and saturated(good, clock.now(), 0.4, 4)
     for mode in ("hang", "500"):
         state["mode"] = mode
+        clock.at += 0.35
         await scraper.read_round()
         assert scraper.reports()[flaky_url] == good  # a failed read changes nothing...
-    later = good.at + 3 * 0.4 + 0.01
-    assert not fresh(good, later, 0.4) and not saturated(good, later, 0.4, 4)  # ...and the report ages out
+    clock.at = 100.79
+    assert scraper.reports()[flaky_url] == good
+    clock.at = 100.81
+    assert scraper.reports() == {}  # ...and the report is dropped once 2 intervals old
+    assert scraper.read_at() == {flaky_url: 100.0}  # when it was last read well (the age gauge)
 
+
+async def test_a_slow_page_of_vllms_size_is_still_read(
+    pool: ReplicaSessions, metrics_server: Callable[[Handler], Awaitable[tuple[str, list[float]]]],
+) -> None:
+    """A busy vLLM serves its 55 KB page slowly: 0.8 s is within a 1 s interval's read."""
+    async def slow(_: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.8)
+        return web.Response(text=fixture(), content_type="text/plain")
+
+    url, _ = await metrics_server(slow)
+    scraper = VllmLoadScraper("reasoning", pool, interval=1.0)
+    scraper.follow([url])
+    for _ in range(3):  # one round is enough; three leave room for a machine busy with other tests
+        await scraper.read_round()
+        if url in scraper.reports():
+            break
+    report = scraper.reports()[url]
+    assert (report.running, report.waiting, report.deferred, report.queued) == (2, 3, 1, 2)
+
+
+async def test_a_page_over_one_mebibyte_is_not_read(
+    pool: ReplicaSessions, metrics_server: Callable[[Handler], Awaitable[tuple[str, list[float]]]],
+) -> None:
+    huge = fixture() + "# padding\n" * (MAX_BODY // 10)
+    assert MAX_BODY == 1024 * 1024 < len(huge)
+
+    async def announced(_: web.Request) -> web.StreamResponse:
+        return web.Response(text=huge)
+
+    async def chunked(request: web.Request) -> web.StreamResponse:  # no length: counted as it comes
+        resp = web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(huge.encode())
+        await resp.write_eof()
+        return resp
+
+    urls = [(await metrics_server(handler))[0] for handler in (announced, chunked)]
+    scraper = VllmLoadScraper("reasoning", pool, interval=1.0)
+    scraper.follow(urls)
+    await scraper.read_round()
+    assert scraper.reports() == {}
+
+
+async def test_a_report_that_expires_between_rounds_frees_its_replica_at_once(
+    pool: ReplicaSessions, metrics_server: Callable[[Handler], Awaitable[tuple[str, list[float]]]],
+) -> None:
+    """The last good read said "waiting": once it is 2 intervals old the listener (the gate) is
+    told, between rounds, whatever the reads do meanwhile."""
+    served: list[float] = []
+
+    async def then_fails(_: web.Request) -> web.StreamResponse:
+        if served:
+            return web.Response(status=500)
+        served.append(time.monotonic())
+        return web.Response(text=vllm_page(Engine(running=1, capacity=16)))
+
+    url, _ = await metrics_server(then_fails)
+    told: list[tuple[float, frozenset[str]]] = []
+    free = asyncio.Event()
+    scraper = VllmLoadScraper("reasoning", pool, interval=0.5)
+
+    def listener(reports: Mapping[str, LoadReport]) -> None:
+        told.append((time.monotonic(), saturated_replicas(reports, scraper.now(), 0.5, 4)))
+        if not told[-1][1]:
+            free.set()
+
+    scraper.follow([url])
+    await scraper.start(listener)
+    try:
+        await asyncio.wait_for(free.wait(), 3)
+    finally:
+        await scraper.close()
+    assert told[0][1] == {url}  # held back by its own account
+    freed = told[-1][0] - served[0]
+    assert 0.95 < freed < 1.45, f"freed {freed:.2f} s after the last good read, not 2 intervals (not 3)"
 
 async def test_a_replica_without_metrics_is_never_asked_again(
     pool: ReplicaSessions, metrics_server: Callable[[Handler], Awaitable[tuple[str, list[float]]]],
@@ -181,7 +274,7 @@ async def test_reports_of_replicas_that_left_are_dropped_and_the_gauges_show_the
         replicas.watch_load("reasoning", scraper)
         text = metrics.render()[1].decode()
         endpoint = "127.0.0.1:" + first.rsplit(":", 1)[1]
-        for kind, value in (("waiting", 1.0), ("running", 2.0)):
+        for kind, value in (("waiting", 1.0), ("running", 2.0), ("deferred", 0.0)):
             series = f'gateway_endpoint_reported{{endpoint="{endpoint}",kind="{kind}",upstream="reasoning"}}'
             assert f"{series} {value}" in text
         assert f'gateway_endpoint_report_age_seconds{{endpoint="{endpoint}",upstream="reasoning"}}' in text
@@ -191,20 +284,3 @@ async def test_reports_of_replicas_that_left_are_dropped_and_the_gauges_show_the
         assert f'gateway_endpoint_ejections_total{{endpoint="{endpoint}",upstream="reasoning"}} 1.0' in (
             metrics.render()[1].decode())
         await asyncio.gather(*tasks)
-
-
-def test_gauges_are_summed_over_model_names_with_prometheus_clients_parser() -> None:
-    page = (
-        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-        "# TYPE vllm:num_requests_running gauge\n"
-        'vllm:num_requests_running{engine="0",model_name="a"} 2.0\n'
-        'vllm:num_requests_running{engine="0",model_name="b"} 1.0\n'
-        "# HELP vllm:time_to_first_token_seconds Histogram.\n# TYPE vllm:time_to_first_token_seconds histogram\n"
-        'vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="a"} 9.0\n'
-        'vllm:num_requests_waiting{model_name="a"} 0.0\nvllm:num_requests_waiting{model_name="b"} 4.0\n'
-    )
-    assert parse_load(page) == (3, 4)
-    with pytest.raises(ValueError):
-        parse_load("# nothing from vLLM here\nprocess_cpu_seconds_total 1.0\n")
-    with pytest.raises(ValueError):
-        parse_load('vllm:num_requests_running{model_name="a" 2\n')

@@ -264,7 +264,7 @@ async def test_a_replica_whose_metrics_hang_or_fail_is_still_used(procs: Process
         gw = procs.gateway(health_toml([stub.url, hanging, failing], load_metrics_interval_seconds=0.2))
         async with http_client() as c:
             await until(lambda: len(log_lines(gw, "reading its load failed")) == 2, "both reads fail")
-            await asyncio.sleep(0.6)  # three intervals more
+            await asyncio.sleep(0.6)  # three intervals more (past the 2 a report would count)
             replies = [await call(c, gw, "v1", "reasoning") for _ in range(12)]
     assert {r.status for r in replies} == {200}
     assert len(hung_chats) >= 3 and len(failed_chats) >= 3

@@ -15,6 +15,7 @@ import aiohttp
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
+from adapters.outbound.vllm_load import VllmGauges, parse_load
 from stub.launcher import running_stub
 
 WAITING = re.compile(r"in_flight=(\d+) max_concurrent=(\d+) .*waiting=(\d+)")
@@ -28,15 +29,17 @@ async def chat(session: aiohttp.ClientSession, base: str, **fields: Any) -> tupl
         return resp.status, msgspec.json.decode(await resp.read()), time.monotonic() - started
 
 
-async def gauges(session: aiohttp.ClientSession, base: str) -> dict[str, float]:
+async def page(session: aiohttp.ClientSession, base: str) -> list[tuple[str, dict[str, str], float]]:
     async with session.get(base + "/metrics") as resp:
         assert resp.status == 200 and resp.content_type == "text/plain"
         text = await resp.text()
-    return {
-        f"{sample.name}{{{sample.labels['model_name']}}}": sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+async def gauges(session: aiohttp.ClientSession, base: str) -> dict[str, float]:
+    """`vllm:num_requests_running{MODEL}` and `vllm:num_requests_waiting{MODEL}`."""
+    return {f"{name}{{{labels['model_name']}}}": value for name, labels, value in await page(session, base)
+            if name in ("vllm:num_requests_running", "vllm:num_requests_waiting")}  # fmt: skip
 
 
 def user(text: str) -> list[dict[str, str]]:
@@ -68,6 +71,29 @@ async def test_max_num_seqs_holds_the_rest_inside_in_arrival_order(tmp_path: Pat
     lines = [tuple(int(g) for g in m.groups()) for m in WAITING.finditer(log.read_text())]
     assert [w for _, _, w in lines] == [0, 0, 1, 2, 3]
     assert [n for n, _, _ in lines] == [1, 2, 3, 4, 5] and lines[-1][1] == 5  # in_flight counts the waiting
+
+
+async def test_metrics_are_the_families_vllm_0_32_exports_for_its_scheduler() -> None:
+    """Labelled `engine` and `model_name` (sorted, as vLLM's page has them), waiting split by
+    reason (the stub's waiters all wait for a slot), KV-cache usage; read by the gateway's parser."""
+    with running_stub("--max-num-seqs", "2", "--hold", "0.5", "--models", "reasoning") as base:
+        async with aiohttp.ClientSession() as session:
+            tasks = [asyncio.create_task(chat(session, base, model="reasoning")) for _ in range(3)]
+            await asyncio.sleep(0.2)
+            async with session.get(base + "/metrics") as resp:
+                text = await resp.text()
+            samples = await page(session, base)
+            await asyncio.gather(*tasks)
+    engine = {"engine": "0", "model_name": "reasoning"}
+    assert samples == [
+        ("vllm:num_requests_running", engine, 2.0),
+        ("vllm:num_requests_waiting", engine, 1.0),
+        ("vllm:num_requests_waiting_by_reason", {**engine, "reason": "capacity"}, 1.0),
+        ("vllm:num_requests_waiting_by_reason", {**engine, "reason": "deferred"}, 0.0),
+        ("vllm:kv_cache_usage_perc", engine, 1.0),
+    ]
+    assert 'vllm:num_requests_waiting_by_reason{engine="0",model_name="reasoning",reason="capacity"} 1.0' in text
+    assert parse_load(text) == VllmGauges(running=2, waiting=1, deferred=0)
 
 
 async def test_a_client_gone_while_waiting_inside_never_generates(tmp_path: Path) -> None:
