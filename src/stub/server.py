@@ -26,12 +26,14 @@ from dataclasses import dataclass
 import msgspec
 
 from stub import generate
-from stub.answers import Answer, build_answer, completion_body, stream_frames, stream_parts
+from stub.answers import DONE_FRAME, Answer, build_answer, completion_body, stream_frames, stream_parts
 from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
 from stub.faults import HTTP_FAULTS, FaultPicker, answer_fault, http_fault, stream_fault
 from stub.prefix_cache import DEFAULT_CAPACITY, PrefixCache
 from stub.scheduler import Scheduler
 from stub.schema import (
+    BUDGET_INVALID,
+    BUDGET_REFUSAL,
     CHAT_DECODER,
     USER_PREFIX,
     ChatRequest,
@@ -72,11 +74,16 @@ class StubConfig:
 
 
 class Rejected(Exception):
-    """A chat request answered with an error before it starts: no log line, never in flight."""
+    """A chat request answered with an error before it starts: no log line, never in flight.
 
-    def __init__(self, status: int, message: str) -> None:
+    `in_stream`: refused by the engine rather than the HTTP layer, which vLLM does only once a
+    streamed answer's 200 is out: a stream request then gets its error as the first SSE frame,
+    then `[DONE]` (a plain request still gets the status).
+    """
+
+    def __init__(self, status: int, message: str, in_stream: bool = False) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.in_stream = status, message, in_stream
 
 
 class Stub:
@@ -212,6 +219,9 @@ class Stub:
         cfg = self.config
         try:
             req = CHAT_DECODER.decode(body)
+            budget = req.thinking_token_budget
+            if budget is not None and budget < -1:
+                raise Rejected(400, BUDGET_INVALID)
             answer = build_answer(req, cfg.tokens, cfg.reasoning)
         except msgspec.ValidationError as exc:
             raise Rejected(400, str(exc)) from exc
@@ -221,6 +231,8 @@ class Stub:
             raise Rejected(400, str(exc)) from exc
         if cfg.models and req.model not in cfg.models:
             raise Rejected(404, f"The model `{req.model}` does not exist.")
+        if budget is not None and budget != -1 and not cfg.reasoning:  # vLLM's engine refuses it
+            raise Rejected(400, BUDGET_REFUSAL, in_stream=bool(req.stream))
         if cfg.error_rate and self.rng.random() < cfg.error_rate:
             raise Rejected(500, "Injected failure (stub --error-rate).")
         return req, answer
@@ -229,7 +241,11 @@ class Stub:
         try:
             req, answer = self.admit(body)
         except Rejected as exc:
-            proto.finish(response(exc.status, error_body(exc.status, exc.message), keep), keep)
+            if exc.in_stream:
+                frames = [b"data: " + error_body(exc.status, exc.message) + b"\n\n", DONE_FRAME]
+                proto.finish(self._stream_head(keep) + chunked(frames) + CHUNKED_END, keep)
+            else:
+                proto.finish(response(exc.status, error_body(exc.status, exc.message), keep), keep)
             return None
         if self.faults is not None:  # the only cost of fault injection without --fault
             fault = self.faults.draw()
