@@ -144,7 +144,7 @@ class Answer:
 def build_answer(req: ChatRequest, tokens: int, reasoning: bool) -> Answer:
     """Decide the deterministic answer; raises ValueError for an invalid request (400)."""
     tool = pick_tool(req)
-    thoughts = REASONING if reasoning else ()
+    thoughts: tuple[str, ...] = REASONING if reasoning else ()
     budget = req.thinking_token_budget
     if thoughts and budget is not None and budget >= 0:
         thoughts = thoughts[:budget]  # vLLM ends the thinking after that many tokens
