@@ -58,6 +58,7 @@ from application.affinity import Affinity
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
 from application.consumer_limits import DEFAULT_WAIT_SECONDS, ConsumerLimits
+from application.reasoning import ReasoningBudgets
 from application.replica_care import EjectionListener, KnownListener, ReplicaCare
 from config import (
     Config,
@@ -493,7 +494,8 @@ class Container(containers.DeclarativeContainer):
     affinity = providers.Singleton(lambda c, store: Affinity(store, _affinity_upstreams(c)), config, affinity_store)
     service = providers.Singleton(
         lambda c, router, upstreams, gate, clock, tracing, consumers, affinity, care: ChatService(
-            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers, affinity, care
+            router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers, affinity, care,
+            ReasoningBudgets({name: u.reasoning for name, u in c.upstreams.items()}, clock),
         ),
         config, router, upstreams, gate, clock, tracing, consumer_limits, affinity, replica_care,
     )

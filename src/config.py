@@ -19,6 +19,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from domain.ejection import EjectionPolicy
+from domain.reasoning import ReasoningMode
 from domain.routing import find_alias_clash
 from redaction import masked_url, redacted
 
@@ -142,6 +143,9 @@ class UpstreamConfig(Section):
     # The most choices one request may ask for (`n`, `best_of`): each is a sequence of the
     # model server's, and takes one slot of the cap (docs/operations.md "Sequences").
     max_choices: PositiveInt = 1
+    # Whether the model server applies a thinking budget (vLLM: runs --reasoning-parser): true,
+    # false (never sent one), or "auto" (found out from its refusal; domain.reasoning).
+    reasoning: ReasoningMode = "auto"
 
 
 class SharedAdmissionConfig(Section):

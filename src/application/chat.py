@@ -15,11 +15,13 @@ import msgspec
 
 from application.affinity import NO_WISH, Affinity
 from application.consumer_limits import ConsumerLimits, Door
+from application.reasoning import ReasoningBudgets
 from application.replica_care import ReplicaCare
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
+from domain.reasoning import has_budget
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
 from domain.sequences import sequences
@@ -37,7 +39,7 @@ class ChatService:
     back and aborts the upstream call.
     """
 
-    __slots__ = ("_affinity", "_care", "_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_affinity", "_budgets", "_care", "_consumers", "_router", "_slots", "_upstreams")
 
     def __init__(
         self,
@@ -50,6 +52,7 @@ class ChatService:
         consumers: ConsumerLimits | None = None,
         affinity: Affinity | None = None,
         care: ReplicaCare | None = None,
+        budgets: ReasoningBudgets | None = None,
     ) -> None:
         self._router = router
         self._affinity = affinity or Affinity()
@@ -57,6 +60,8 @@ class ChatService:
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer, queue_update_interval)
         self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
+        # Thinking budgets only where served (`[upstreams.NAME] reasoning`); without it: every one "auto".
+        self._budgets = budgets or ReasoningBudgets({}, clock)
 
     def models(self) -> list[str]:
         return self._router.models()
@@ -83,7 +88,9 @@ class ChatService:
                                                     wish.max_extra)
             turn.reached_upstream = True
             try:
-                call = functools.partial(self._upstreams[upstream].complete, request)
+                client = self._upstreams[upstream]
+                call = (self._budgets.caller(upstream, request, record, client.complete) if has_budget(request)
+                        else functools.partial(client.complete, request))  # fmt: skip
                 response = await self._care.call(upstream, lease, record, call)
                 if wish.chain:  # where it was served (after a retry, too)
                     await affinity.granted(upstream, wish, lease)
@@ -151,7 +158,9 @@ class ChatService:
             meter = turn.meter
             turn.reached_upstream = True
             try:
-                opener = functools.partial(self._upstreams[upstream].open_stream, request)
+                client = self._upstreams[upstream]
+                opener = (self._budgets.opener(upstream, request, record, client.open_stream) if has_budget(request)
+                          else functools.partial(client.open_stream, request))  # fmt: skip
                 if heartbeat is not None:
                     opener = functools.partial(opener, heartbeat=heartbeat)
                 async with self._care.open(upstream, lease, record, opener) as batches:

@@ -259,6 +259,15 @@ class ContextLengthExceeded(UpstreamRejected):
         return self.prompt_tokens >= self.limit or self.max_tokens is None
 
 
+class ThinkingBudgetRefused(UpstreamRejected):
+    """The upstream refused a request for its thinking budget: it applies none (vLLM without a
+    reasoning parser). Raised before anything was generated; rendered as the 400 it is, unless
+    the request may go again without the budget (`domain.reasoning`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, message)
+
+
 class NotSupported(GatewayError):
     status = 501
     kind = "not-supported"

@@ -30,6 +30,9 @@ class RequestRecord(Struct, kw_only=True):
     # `endpoint` instead (`host:port`; docs/operations.md "Replica health, load and affinity").
     retried_from: str | None = None
     stream: bool = False
+    # The request's thinking budget was not sent: its upstream does not apply one
+    # (`[upstreams.NAME] reasoning`, `application.reasoning`).
+    thinking_budget_dropped: bool = False
     error_kind: str | None = None
     client_gone: bool = False
     queue_wait_seconds: float | None = None

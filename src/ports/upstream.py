@@ -29,7 +29,9 @@ class UpstreamClient(Protocol):
         """Start a streaming request.
 
         Entering the context sends the request and checks the upstream's status, so a
-        refusal is raised before anything reaches the client; iterating yields the
+        refusal is raised before anything reaches the client (for a request with a thinking
+        budget, also one the server makes in its stream's first frame:
+        `ThinkingBudgetRefused`); iterating yields the
         chunks of each upstream read as one batch, as they arrive; leaving the context
         closes the upstream response (an early exit aborts the generation upstream).
         With `heartbeat`, a wait of that many seconds for the next read yields an empty

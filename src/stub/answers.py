@@ -10,7 +10,10 @@ with ``"stop": ["echo"]`` gets ``"alpha bravo charlie delta "`` with finish_reas
 ``max_tokens``/``max_completion_tokens`` below ``--tokens`` cut the content at that many
 tokens with finish_reason ``"length"``; they limit content tokens only, never reasoning.
 
-Reasoning text (``--reasoning``): ``REASONING`` pieces, "Let me think about this.".
+Reasoning text (``--reasoning``): ``REASONING`` pieces, "Let me think about this."; a
+request's ``thinking_token_budget`` N keeps the first N pieces (vLLM ends the thinking after
+N tokens; 0: none; -1: unlimited). Without ``--reasoning`` a budget is refused, as vLLM
+without ``--reasoning-parser`` refuses it (``stub.server``).
 
 Tool calls: see ``pick_tool``; arguments are made up by ``tool_arguments``: a value of the
 tool's parameters schema (``example_value``), so a schema that is not an object schema gives
@@ -164,7 +167,10 @@ def build_answer(req: ChatRequest, tokens: int, reasoning: bool, max_model_len: 
     `max_model_len` is shortened to fit, not refused (the caller refuses a prompt that
     leaves no room at all)."""
     tool = pick_tool(req)
-    thoughts = REASONING if reasoning else ()
+    thoughts: tuple[str, ...] = REASONING if reasoning else ()
+    budget = req.thinking_token_budget
+    if thoughts and budget is not None and budget >= 0:
+        thoughts = thoughts[:budget]  # vLLM ends the thinking after that many tokens
     prompt_tokens = len(token_ids(message_texts(req.messages)))
     limit = req.max_completion_tokens if req.max_tokens is None else req.max_tokens
     room = max_model_len - prompt_tokens

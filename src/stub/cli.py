@@ -89,7 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reasoning",
         action="store_true",
-        help="also emit reasoning text (vLLM's `reasoning` field)",
+        help="serve reasoning as vLLM with --reasoning-parser does: reasoning text (vLLM's `reasoning` "
+        "field), cut after a request's thinking_token_budget tokens; without it a budget is refused "
+        "(400, or the first frame of a stream), as vLLM refuses it",
     )
     parser.add_argument(
         "--error-rate",

@@ -63,10 +63,21 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     tool_choice: str | NamedChoice | None = None
     n: int | None = None  # choices: n sequences of the --max-num-seqs places
     best_of: int | None = None
+    # vLLM's cap on reasoning tokens; -1 is "unlimited" (vLLM reads it as unset).
+    thinking_token_budget: int | None = None
 
     @property
     def sequences(self) -> int:
         return max(self.n or 1, self.best_of or 1)
+
+
+# vLLM 0.32's refusal of a thinking budget on a server without --reasoning-parser (its input
+# processor checks it when the engine is handed the request: before any token is generated).
+BUDGET_REFUSAL = (
+    "thinking_token_budget is set but reasoning_config is not configured. Please set "
+    "--reasoning-parser and/or --reasoning-config to use thinking_token_budget."
+)
+BUDGET_INVALID = "`thinking_token_budget` must be a non-negative integer or -1 for unlimited."
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):

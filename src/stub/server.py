@@ -26,12 +26,14 @@ from dataclasses import dataclass
 import msgspec
 
 from stub import generate
-from stub.answers import Answer, build_answer, completion_body, stream_frames, stream_parts
+from stub.answers import DONE_FRAME, Answer, build_answer, completion_body, stream_frames, stream_parts
 from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
 from stub.faults import HTTP_FAULTS, FaultPicker, answer_fault, http_fault, stream_fault
 from stub.prefix_cache import DEFAULT_CAPACITY, PrefixCache
 from stub.scheduler import Scheduler
 from stub.schema import (
+    BUDGET_INVALID,
+    BUDGET_REFUSAL,
     CHAT_DECODER,
     MAX_MODEL_LEN,
     USER_PREFIX,
@@ -75,11 +77,16 @@ class StubConfig:
 
 
 class Rejected(Exception):
-    """A chat request answered with an error before it starts: no log line, never in flight."""
+    """A chat request answered with an error before it starts: no log line, never in flight.
 
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    `in_stream`: refused by the engine rather than the HTTP layer, which vLLM does only once a
+    streamed answer's 200 is out: a stream request then gets its error as the first SSE frame,
+    then `[DONE]` (a plain request still gets the status).
+    """
+
+    def __init__(self, status: int, message: str, param: str | None = None, in_stream: bool = False) -> None:
         super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+        self.status, self.message, self.param, self.in_stream = status, message, param, in_stream
 
 
 class Stub:
@@ -215,6 +222,9 @@ class Stub:
         cfg = self.config
         try:
             req = CHAT_DECODER.decode(body)
+            budget = req.thinking_token_budget
+            if budget is not None and budget < -1:
+                raise Rejected(400, BUDGET_INVALID)
             answer = build_answer(req, cfg.tokens, cfg.reasoning, cfg.max_model_len)
         except msgspec.ValidationError as exc:
             raise Rejected(400, str(exc)) from exc
@@ -227,6 +237,8 @@ class Stub:
         if answer.prompt_tokens >= cfg.max_model_len:  # no room for one output token: vLLM 0.32's refusal
             requested = req.max_completion_tokens if req.max_tokens is None else req.max_tokens
             raise Rejected(400, *context_refusal(answer.prompt_tokens, requested, cfg.max_model_len))
+        if budget is not None and budget != -1 and not cfg.reasoning:  # vLLM's engine refuses it
+            raise Rejected(400, BUDGET_REFUSAL, in_stream=bool(req.stream))
         if cfg.error_rate and self.rng.random() < cfg.error_rate:
             raise Rejected(500, "Injected failure (stub --error-rate).")
         return req, answer
@@ -235,7 +247,11 @@ class Stub:
         try:
             req, answer = self.admit(body)
         except Rejected as exc:
-            proto.finish(response(exc.status, error_body(exc.status, exc.message, exc.param), keep), keep)
+            if exc.in_stream:
+                frames = [b"data: " + error_body(exc.status, exc.message, exc.param) + b"\n\n", DONE_FRAME]
+                proto.finish(self._stream_head(keep) + chunked(frames) + CHUNKED_END, keep)
+            else:
+                proto.finish(response(exc.status, error_body(exc.status, exc.message, exc.param), keep), keep)
             return None
         if self.faults is not None:  # the only cost of fault injection without --fault
             fault = self.faults.draw()

@@ -88,6 +88,40 @@ async def test_reasoning_field_non_stream_and_stream(reasoning_url: str) -> None
     assert "".join(kinds) == "-" + "r" * 5 + "c" * 16 + "-"
 
 
+REFUSAL = ("thinking_token_budget is set but reasoning_config is not configured. Please set "
+           "--reasoning-parser and/or --reasoning-config to use thinking_token_budget.")  # vLLM 0.32's words
+
+
+async def test_a_thinking_budget_is_refused_without_reasoning_as_vllm_refuses_it(tmp_path: Path) -> None:
+    """vLLM 0.32 without --reasoning-parser: a plain request is a 400; a stream gets its 200,
+    then the error as the first frame and [DONE] (the engine refuses it once the stream is out).
+    Neither ever starts."""
+    log = tmp_path / "stub.log"
+    with running_stub("--log", str(log)) as base:
+        status, payload = await post_chat(base, thinking_token_budget=64)
+        assert status == 400 and payload["error"] == {"message": REFUSAL, "type": "BadRequestError",
+                                                      "param": None, "code": 400}  # fmt: skip
+        body = msgspec.json.encode({"model": "m", "messages": [], "stream": True, "thinking_token_budget": 0})
+        async with aiohttp.ClientSession() as session, session.post(base + "/v1/chat/completions",
+                                                                    data=body) as resp:  # fmt: skip
+            assert resp.status == 200 and resp.content_type == "text/event-stream"
+            frames = (await resp.read()).split(b"\n\n")
+        assert msgspec.json.decode(frames[0].removeprefix(b"data: "))["error"]["message"] == REFUSAL
+        assert frames[1:] == [b"data: [DONE]", b""]
+        assert (await post_chat(base, thinking_token_budget=-1))[0] == 200  # -1: unlimited, i.e. none
+        status, payload = await post_chat(base, thinking_token_budget=-2)
+        assert status == 400 and "non-negative integer or -1" in payload["error"]["message"]
+    assert log.read_text().count("chat start") == 1  # only the request without a budget started
+
+
+async def test_a_thinking_budget_cuts_the_reasoning_with_reasoning(reasoning_url: str) -> None:
+    resp = await create(reasoning_url, extra_body={"thinking_token_budget": 2})
+    assert resp.choices[0].message.reasoning == "Let me" and resp.choices[0].message.content == SIXTEEN
+    deltas = [c.choices[0].delta for c in await create(reasoning_url, stream=True,
+                                                       extra_body={"thinking_token_budget": 0})]  # fmt: skip
+    assert not any(getattr(d, "reasoning", None) for d in deltas)
+
+
 async def test_forced_tool_call_non_stream(stub_url: str) -> None:
     resp = await create(stub_url, tools=[WEATHER], tool_choice="required")
     choice = resp.choices[0]

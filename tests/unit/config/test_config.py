@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +184,31 @@ def test_check_config_cli(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(tmp_path / "no")],
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "cannot read config file" in missing.stderr
+
+
+def test_reasoning_is_auto_unless_told() -> None:
+    assert load_config_text(UPSTREAM).upstreams["a"].reasoning == "auto"
+    for value, parsed in (("true", True), ("false", False), ('"auto"', "auto")):
+        assert load_config_text(UPSTREAM + f"reasoning = {value}\n").upstreams["a"].reasoning == parsed
+
+
+@pytest.mark.parametrize("value", ['"yes"', '"true"', "1", '"off"'])
+def test_a_bad_reasoning_value_names_the_key(value: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"invalid value for 'upstreams\.a\.reasoning'"):
+        load_config_text(UPSTREAM + f"reasoning = {value}\n")
+    path = tmp_path / "bad.toml"
+    path.write_text(UPSTREAM + f"reasoning = {value}\n")
+    failed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert failed.returncode == 2 and "upstreams.a.reasoning" in failed.stderr
+
+
+def test_check_config_prints_each_upstreams_reasoning(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(DESIGN_EXAMPLE.replace('models = ["qwen2.5:3b-instruct"]',
+                                           'models = ["qwen2.5:3b-instruct"]\nreasoning = false'))  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)["upstreams"]
+    assert (shown["reasoning"]["reasoning"], shown["qwen"]["reasoning"]) == ("auto", False)

@@ -96,6 +96,13 @@ def test_reasoning_counts_in_completion_tokens_only_when_enabled() -> None:
     assert answer.completion_tokens == 4 + len(answer.reasoning)
 
 
+@pytest.mark.parametrize(("budget", "thought"), [(None, "Let me think about this."), (-1, "Let me think about this."),
+                                                 (2, "Let me"), (0, ""), (99, "Let me think about this.")])
+def test_a_thinking_budget_keeps_that_many_reasoning_tokens(budget: int | None, thought: str) -> None:
+    answer = build_answer(chat(thinking_token_budget=budget), tokens=4, reasoning=True)
+    assert "".join(answer.reasoning) == thought and answer.completion_tokens == 4 + len(answer.reasoning)
+
+
 @pytest.mark.parametrize(
     ("schema", "expected"),
     [

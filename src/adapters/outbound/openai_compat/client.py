@@ -55,6 +55,7 @@ from domain.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from domain.reasoning import has_budget
 from domain.replicas import endpoint_of
 from domain.upstream_failures import FailureKind
 from ports.telemetry import AttributeValue, Span
@@ -64,6 +65,7 @@ from .chunk_stream import ChunkStream, Mapper
 from .completion_body import encode_completion, encode_embeddings
 from .completion_mapping import TextStreamMapper, completion_from_body, embeddings_from_body
 from .context_errors import upstream_rejection
+from .reasoning_refusal import ReadAhead, read_ahead
 from .replica_sessions import ReplicaSessions
 from .request_body import encode_chat
 from .session import CURRENT_ATTEMPT, Attempt
@@ -149,9 +151,11 @@ class OpenAICompatClient:
     def open_stream(
         self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """A request with a thinking budget is opened up to its first batch, in which vLLM would
+        refuse the budget (`reasoning_refusal`): the refusal is then raised while it opens."""
         return self._open(
             replica, _CHAT, self._chat_url, encode_chat(request, stream=True), "chat", request, StreamMapper(),
-            heartbeat,
+            heartbeat, has_budget(request),
         )
 
     async def complete_text(self, request: CompletionRequest, replica: str | None = None) -> Completion:
@@ -254,9 +258,9 @@ class OpenAICompatClient:
 
     def _open(
         self, replica: str | None, path: str, default: URL, body: bytes, operation: str,
-        request: ChatRequest | CompletionRequest, mapper: Mapper, heartbeat: float | None = None,
+        request: ChatRequest | CompletionRequest, mapper: Mapper, heartbeat: float | None = None, ahead: bool = False,
     ) -> _OpenStream:
-        return _OpenStream(self, replica, path, default, body, operation, request, mapper, heartbeat)
+        return _OpenStream(self, replica, path, default, body, operation, request, mapper, heartbeat, ahead)
 
     async def count_tokens(self, request: ChatRequest) -> int:
         return await count_chat(self._ask, request)
@@ -389,24 +393,25 @@ class _OpenStream:
     generator, its wrapper and the loop's bookkeeping of async generators per stream).
     Entering sends the request and checks the head: the `ChunkStream`; leaving closes the
     response (an early exit aborts the generation upstream), gives the replica's session back
-    and ends the span."""
+    and ends the span. With `ahead`, entering also reads the first batch (`read_ahead`)."""
 
     __slots__ = ("_args", "_client", "_replica", "_request", "_span", "_stream")
 
     def __init__(
         self, client: OpenAICompatClient, replica: str | None, path: str, default: URL, body: bytes,
         operation: str, request: ChatRequest | CompletionRequest, mapper: Mapper, heartbeat: float | None,
+        ahead: bool = False,
     ) -> None:
         self._client = client
         self._replica = replica
         self._request = request
-        self._args = (path, default, body, operation, request.model, mapper, heartbeat)
+        self._args = (path, default, body, operation, request.model, mapper, heartbeat, ahead)
         self._span: Span | None = None
-        self._stream: ChunkStream | None = None
+        self._stream: ChunkStream | ReadAhead | None = None
 
-    async def __aenter__(self) -> ChunkStream:
+    async def __aenter__(self) -> ChunkStream | ReadAhead:
         client, replica = self._client, self._replica
-        path, default, body, operation, model, mapper, heartbeat = self._args
+        path, default, body, operation, model, mapper, heartbeat, ahead = self._args
         session, url = client._target(replica, path, default)
         span, headers = client._client_span(operation, model, True, _SSE, url, replica)
         self._span = span
@@ -422,6 +427,7 @@ class _OpenStream:
                             f"upstream '{client.name}' answered a stream request without an event stream",
                             failure=FailureKind.MALFORMED_HEAD,
                         )
+                    opened: ChunkStream | ReadAhead = await read_ahead(stream) if ahead else stream
                 except BaseException:
                     stream.close()
                     raise
@@ -434,8 +440,8 @@ class _OpenStream:
             if isinstance(exc, ContextLengthExceeded):
                 await client._raise_counted(exc, self._request, replica)
             raise
-        self._stream = stream
-        return stream
+        self._stream = opened
+        return opened
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -17,7 +17,8 @@ its own small pattern, so a reworded sentence around the numbers still parses:
   model length of 8192. ..."
 
 A 400 without a limit and a prompt size in it is not a context-length error: it passes
-through unchanged as `UpstreamRejected`.
+through unchanged as `UpstreamRejected`, unless it is vLLM's refusal of a thinking budget
+(`reasoning_refusal`), which the application may answer by sending the request again without it.
 
 A prompt size is a lower bound, not the prompt's size, when vLLM says "at least N input
 tokens": it stops tokenizing a prompt once it is over the limit (0.32: at max-model-len + 1,
@@ -30,7 +31,9 @@ from __future__ import annotations
 
 import re
 
-from domain.errors import ContextLengthExceeded, UpstreamRejected
+from domain.errors import ContextLengthExceeded, ThinkingBudgetRefused, UpstreamRejected
+
+from .reasoning_refusal import refuses_budget
 
 _LIMIT = re.compile(r"maximum (?:context|model) length (?:is|of) (\d+)", re.IGNORECASE)
 _PROMPT = (
@@ -105,4 +108,6 @@ def upstream_rejection(status: int, message: str) -> UpstreamRejected:
         parsed = parse_context_length(message)
         if parsed is not None:
             return parsed
+        if refuses_budget(message):
+            return ThinkingBudgetRefused(message)
     return UpstreamRejected(status, message)
