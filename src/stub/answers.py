@@ -214,8 +214,7 @@ def completion_body(answer: Answer, rid: str, created: int, model: str, call_id:
     message: dict[str, Any] = {"role": "assistant", "content": "".join(answer.content)}
     if answer.reasoning:
         message["reasoning"] = "".join(answer.reasoning)
-    message["tool_calls"] = []
-    if answer.tool is not None:
+    if answer.tool is not None:  # vLLM leaves `tool_calls` out of an answer without calls
         message["content"] = None
         function = {"name": answer.tool, "arguments": answer.arguments}
         message["tool_calls"] = [{"id": call_id, "type": "function", "function": function}]

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ VENV = ROOT / ".venv-vllm"
 PYTHON = VENV / "bin" / "python"
 HERE = Path(__file__).resolve().parent / "vllm"
 MODEL = "tiny"
+REASONING_MODEL = "thinking"  # the name the server with a reasoning parser serves
 MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 4
 STARTUP_SECONDS = 420.0  # 35-70 s alone on 2 cores; several at once, beside other tests, take longer
@@ -155,6 +157,13 @@ class VllmServer:
             answer: dict[str, object] = json.loads(response.read())
             return answer
 
+    def post_status(self, path: str, body: dict[str, object]) -> tuple[int, object]:
+        """A request straight to vLLM that may be refused: (status, JSON body)."""
+        try:
+            return 200, self.post(path, body)
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.loads(refused.read())
+
     def stop(self) -> None:
         """Stop the server and its engine processes (its own process group)."""
         if self.popen.poll() is None:
@@ -170,7 +179,7 @@ class Fleet:
     """The vLLM servers of a test session, all started together on first use (they take a
     minute each to start; together they take little longer) and stopped at its end:
     `main` and `replica` (the same model and flags: two replicas of one upstream) and
-    `reasoning` (with a reasoning parser)."""
+    `reasoning` (with a reasoning parser, serving the model as `thinking`)."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
@@ -183,7 +192,7 @@ class Fleet:
             self.servers = {
                 "main": start(model, self.workdir / "vllm-main.log"),
                 "replica": start(model, self.workdir / "vllm-replica.log"),
-                "reasoning": start(model, self.workdir / "vllm-reasoning.log", *REASONING_FLAGS),
+                "reasoning": start(model, self.workdir / "vllm-reasoning.log", *REASONING_FLAGS, name=REASONING_MODEL),
             }
         server = self.servers[name]
         server.wait_ready()
@@ -194,11 +203,11 @@ class Fleet:
             server.stop()
 
 
-def start(model: Path, log: Path, *extra: str) -> VllmServer:
+def start(model: Path, log: Path, *extra: str, name: str = MODEL) -> VllmServer:
     """Start `vllm serve` (without waiting for it: several can start at once)."""
     port = free_port()
     flags = (*PRODUCTION_FLAGS, *extra)
-    argv = [str(PYTHON), str(HERE / "launch.py"), "serve", str(model), "--served-model-name", MODEL,
+    argv = [str(PYTHON), str(HERE / "launch.py"), "serve", str(model), "--served-model-name", name,
             "--host", "127.0.0.1", "--port", str(port), *flags]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VLLM_"))}
     env.update(VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1",

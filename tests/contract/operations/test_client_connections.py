@@ -75,8 +75,8 @@ def _wait_for(check: object, timeout: float) -> float:
 @pytest.mark.parametrize("surface", sorted(STREAMS))
 def test_a_stream_reader_that_stops_reading_loses_its_slot(procs: Processes, tmp_path: Path, surface: str) -> None:
     log = tmp_path / "stub.log"
-    # 200,000 tokens at 0.5 ms each: far more than the socket buffers hold, and longer than the test
-    stub = procs.stub("--tokens", "200000", "--chunk-delay", "0.0005", log=log)
+    # 200,000 tokens at 0.5 ms each (a context that long): far more than the socket buffers hold, longer than the test
+    stub = procs.stub("--tokens", "200000", "--max-model-len", "300000", "--chunk-delay", "0.0005", log=log)
     gw = _gateway(procs, stub)
     path = STREAMS[surface]
     with httpx.Client(timeout=30) as client:
@@ -105,7 +105,7 @@ def test_a_hang_up_mid_stream_frees_the_slot_at_once_even_when_the_upstream_is_f
     """Litestar's cancellation of a stream whose upstream data is always ready lands late
     (anyio cancels only a task waiting on something not ready): the edge stops the stream at
     its next frame instead."""
-    stub = procs.stub("--tokens", "200000", "--chunk-delay", "0.0001")
+    stub = procs.stub("--tokens", "200000", "--max-model-len", "300000", "--chunk-delay", "0.0001")
     gw = procs.gateway(upstream_toml("plain", stub.url, ["plain"], ADMISSION))  # the default write timeout
     with httpx.Client(timeout=30) as client:
         sock = _stalled_reader(gw.port, _request(PATHS[surface], True, 200_000))
@@ -133,7 +133,8 @@ def test_a_stream_read_to_its_end_is_no_hang_up(procs: Processes) -> None:
 def test_a_plain_answer_nobody_reads_is_dropped_with_its_connection(procs: Processes) -> None:
     """A non-streamed answer's slot is free once the answer is made; what stays is the answer in
     the connection's buffers: the connection is aborted after the write timeout."""
-    stub = procs.stub("--tokens", "2000000")  # a 12 MB answer: more than the kernel's socket buffers hold
+    # a 12 MB answer (a context that long): more than the kernel's socket buffers hold
+    stub = procs.stub("--tokens", "2000000", "--max-model-len", "3000000")
     gw = _gateway(procs, stub)
     stalled = _stalled_reader(gw.port, _request(PATHS["/v1"], False, 2_000_000))
     try:

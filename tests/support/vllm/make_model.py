@@ -20,7 +20,8 @@ What it writes is a Hugging Face model folder vLLM loads as it loads any Llama:
   every answer is exactly `max_tokens` long and every token is text at once, which makes usage
   and stream tests exact. One residual dimension is a constant (the embeddings set it, no
   layer writes to it), so after the final norm it is always positive; the output rows of the
-  tokens it must never pick weigh only that dimension, negatively.
+  tokens it must never pick weigh only that dimension, negatively, and "}" weighs it a little,
+  positively: greedy answers are "}}}}...", and a forced tool call ends at once.
 
 The same seed gives the same files, so two processes (replicas) serve the same model.
 """
@@ -37,6 +38,7 @@ VOCAB = 4096
 HIDDEN = 768
 CONSTANT_DIM = 0
 CONSTANT = 4.0
+BRACE_BIAS = 1.5  # "}"'s logit then about 5, above any other (they stay under about 2)
 MAX_POSITIONS = 2048
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
@@ -140,6 +142,10 @@ def make_weights(out: Path) -> None:
         for token in never:
             head[token, :] = 0.0
             head[token, CONSTANT_DIM] = -100.0
+        # Greedy decoding prefers "}" wherever it may stand: a forced tool call (vLLM's grammar
+        # lets its arguments be any JSON value) then ends as soon as it can, with arguments
+        # that are a number, not an object, as vLLM 0.32 was seen to answer with a real model.
+        head[tokenizer.convert_tokens_to_ids("}"), CONSTANT_DIM] = BRACE_BIAS
     model.save_pretrained(out, safe_serialization=True)
     model.generation_config.save_pretrained(out)
 
