@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.processes import ROOT, free_port
@@ -123,7 +123,6 @@ class VllmServer:
     port: int
     log: Path
     flags: tuple[str, ...]
-    seen: dict[str, float] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -176,8 +175,8 @@ class VllmServer:
 
 
 class Fleet:
-    """The vLLM servers of a test session, all started together on first use (they take a
-    minute each to start; together they take little longer) and stopped at its end:
+    """The vLLM servers of the vLLM tests, all started together on first use (they take a
+    minute each to start; together they take little longer) and stopped after them:
     `main` and `replica` (the same model and flags: two replicas of one upstream) and
     `reasoning` (with a reasoning parser, serving the model as `thinking`)."""
 
