@@ -25,12 +25,13 @@ def _load_validator() -> ModuleType:
 
 
 validate = _load_validator()
+invariants = sys.modules["manifest_invariants"]  # imported by validate.py from beside it
 BASE = validate.K8S / "base"
 SINGLE = validate.K8S / "overlays" / "single-replica"
 
 
 def _deployment(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    return validate.find(objects, "Deployment", "gateway")  # type: ignore[no-any-return]
+    return invariants.find(objects, "Deployment", "gateway")  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("directory", validate.kustomizations(), ids=lambda p: p.name)
@@ -49,7 +50,7 @@ def test_the_script_exits_zero() -> None:
 
 def test_base_shares_one_cap_across_replicas_through_redis() -> None:
     objects = validate.render(BASE)
-    config = validate.gateway_config(objects)
+    config = invariants.gateway_config(objects)
     assert _deployment(objects)["spec"]["replicas"] == 2
     assert config.admission.backend == "redis"
     assert config.server.workers == 1
@@ -59,36 +60,36 @@ def test_base_shares_one_cap_across_replicas_through_redis() -> None:
 def test_single_replica_overlay_drops_redis_and_the_budget() -> None:
     objects = validate.render(SINGLE)
     assert _deployment(objects)["spec"]["replicas"] == 1
-    assert validate.gateway_config(objects).admission.backend == "memory"
-    names = {validate.object_id(o) for o in objects}
+    assert invariants.gateway_config(objects).admission.backend == "memory"
+    names = {invariants.object_id(o) for o in objects}
     assert not any("gateway-redis" in n or n.startswith("PodDisruptionBudget") for n in names)
 
 
 def test_grace_period_below_the_drain_grace_fails() -> None:
     objects = validate.render(BASE)
     _deployment(objects)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 20
-    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    problems = invariants.invariant_problems(objects, invariants.gateway_config(objects))
     assert any("terminationGracePeriodSeconds (20) must exceed" in p for p in problems)
 
 
 def test_grace_period_must_also_pay_for_the_pre_stop_sleep() -> None:
     objects = validate.render(BASE)
     _deployment(objects)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 33  # > 30, < 35
-    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    problems = invariants.invariant_problems(objects, invariants.gateway_config(objects))
     assert any("preStop (5 s)" in p for p in problems)
 
 
 def test_several_replicas_on_the_memory_ledger_fail() -> None:
     objects = validate.render(SINGLE)
     _deployment(objects)["spec"]["replicas"] = 3
-    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    problems = invariants.invariant_problems(objects, invariants.gateway_config(objects))
     assert any("3 replicas need [admission] backend = 'redis'" in p for p in problems)
 
 
 def test_redis_url_must_name_a_rendered_service() -> None:
     redis_service = "Service/llm-gateway/gateway-redis"
-    objects = [o for o in validate.render(BASE) if validate.object_id(o) != redis_service]
-    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    objects = [o for o in validate.render(BASE) if invariants.object_id(o) != redis_service]
+    problems = invariants.invariant_problems(objects, invariants.gateway_config(objects))
     assert any("redis_url host 'gateway-redis'" in p for p in problems)
 
 
@@ -97,7 +98,7 @@ def test_wrong_probe_and_root_user_fail() -> None:
     pod = _deployment(objects)["spec"]["template"]["spec"]
     pod["containers"][0]["readinessProbe"]["httpGet"]["path"] = "/healthz"
     pod["securityContext"]["runAsNonRoot"] = False
-    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    problems = invariants.invariant_problems(objects, invariants.gateway_config(objects))
     assert any("readinessProbe must be GET /readyz" in p for p in problems)
     assert any("must set runAsNonRoot: true" in p for p in problems)
 
@@ -112,17 +113,17 @@ def test_schema_rejects_a_misspelt_field() -> None:
 
 def test_an_invalid_gateway_toml_is_reported_by_key() -> None:
     objects = validate.render(BASE)
-    config_map = validate.find(objects, "ConfigMap", "gateway-config")
+    config_map = invariants.find(objects, "ConfigMap", "gateway-config")
     config_map["data"]["gateway.toml"] = config_map["data"]["gateway.toml"].replace("queue_depth = 8\n", "")
-    with pytest.raises(validate.Missing, match=r"queue_depth"):
-        validate.gateway_config(objects)
+    with pytest.raises(invariants.Missing, match=r"queue_depth"):
+        invariants.gateway_config(objects)
 
 
 def test_labels_reach_pod_templates_but_never_selectors() -> None:
     part_of = {"app.kubernetes.io/part-of": "llm-gateway"}
     objects = validate.render(BASE)
     for obj in objects:
-        assert part_of.items() <= obj["metadata"]["labels"].items(), validate.object_id(obj)
+        assert part_of.items() <= obj["metadata"]["labels"].items(), invariants.object_id(obj)
     for deployment in (o for o in objects if o["kind"] == "Deployment"):
         assert part_of.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
         # Deployment selectors are immutable: a label added to them would force a delete.
@@ -156,35 +157,35 @@ def test_kustomize_older_than_v5_is_refused(version: str | None, too_old: bool) 
 def test_production_requires_keys_from_a_secret_mounted_whole() -> None:
     for directory in (BASE, SINGLE):
         objects = validate.render(directory)
-        config = validate.gateway_config(objects)
+        config = invariants.gateway_config(objects)
         assert (config.auth.mode, config.auth.keys_file) == ("required", "/etc/gateway-keys/keys.toml")
-        secret = validate.find(objects, "Secret", "gateway-keys")
+        secret = invariants.find(objects, "Secret", "gateway-keys")
         assert "keys.toml" in secret["stringData"]
-        assert validate.keys_file_problems(objects, config, _deployment(objects)) == []
+        assert invariants.keys_file_problems(objects, config, _deployment(objects)) == []
 
 
 def test_a_keys_file_mounted_by_sub_path_or_invalid_fails() -> None:
     objects = validate.render(BASE)
-    config = validate.gateway_config(objects)
+    config = invariants.gateway_config(objects)
     mount = next(m for m in _deployment(objects)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
                  if m["name"] == "keys")
     mount["subPath"] = "keys.toml"
-    problems = validate.invariant_problems(objects, config)
+    problems = invariants.invariant_problems(objects, config)
     assert any("mounted with subPath, so updates never reach the pod" in p for p in problems)
     del mount["subPath"]
-    validate.find(objects, "Secret", "gateway-keys")["stringData"]["keys.toml"] = "[consumers.a]\nkeys = [\"x\"]\n"
-    problems = validate.invariant_problems(objects, config)
+    invariants.find(objects, "Secret", "gateway-keys")["stringData"]["keys.toml"] = "[consumers.a]\nkeys = [\"x\"]\n"
+    problems = invariants.invariant_problems(objects, config)
     assert any("consumers.a.keys[0]" in p for p in problems)
 
 
 def test_the_ops_port_is_scraped_and_never_routed_by_the_service() -> None:
     objects = validate.render(BASE)
-    assert validate.ops_problems(objects, validate.gateway_config(objects), _deployment(objects)) == []
-    service = validate.find(objects, "Service", "gateway")
+    assert invariants.ops_problems(objects, invariants.gateway_config(objects), _deployment(objects)) == []
+    service = invariants.find(objects, "Service", "gateway")
     service["spec"]["ports"].append({"name": "ops", "port": 9464, "targetPort": "ops"})
     annotations = _deployment(objects)["spec"]["template"]["metadata"]["annotations"]
     annotations["prometheus.io/port"] = "8080"
-    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    problems = invariants.invariant_problems(objects, invariants.gateway_config(objects))
     assert any("routes the ops port 9464" in p for p in problems), problems
     assert any("must point at the ops listener" in p for p in problems), problems
 
@@ -193,34 +194,34 @@ def test_the_ops_port_must_be_a_container_port() -> None:
     objects = validate.render(BASE)
     container = _deployment(objects)["spec"]["template"]["spec"]["containers"][0]
     container["ports"] = [p for p in container["ports"] if p["name"] != "ops"]
-    problems = validate.invariant_problems(objects, validate.gateway_config(objects))
+    problems = invariants.invariant_problems(objects, invariants.gateway_config(objects))
     assert any("no containerPort 9464 for the ops listener" in p for p in problems), problems
 
 
 def test_the_example_config_finds_replicas_through_a_headless_service_of_predictor_pods() -> None:
-    config = validate.gateway_config(validate.render(BASE))
+    config = invariants.gateway_config(validate.render(BASE))
     endpoints = config.upstreams["reasoning"].endpoints
     assert endpoints is not None and endpoints.dns == "reasoning-predictor-headless.llm-serving.svc.cluster.local"
     assert (endpoints.port, endpoints.sequence_slots, endpoints.max_in_flight) == (8080, 4, 4)
     predictors, own = validate.predictor_objects()
     assert own == ()
-    service = validate.find(predictors, "Service", "reasoning-predictor-headless")
+    service = invariants.find(predictors, "Service", "reasoning-predictor-headless")
     assert service["metadata"]["namespace"] == "llm-serving"
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {"serving.kserve.io/inferenceservice": "reasoning"}
-    assert validate.endpoints_problems(config, predictors) == []
+    assert invariants.endpoints_problems(config, predictors) == []
 
 
 def test_a_clusterip_or_missing_predictor_service_fails() -> None:
-    config = validate.gateway_config(validate.render(BASE))
+    config = invariants.gateway_config(validate.render(BASE))
     predictors = copy.deepcopy(validate.predictor_objects()[0])
-    service = validate.find(predictors, "Service", "reasoning-predictor-headless")
+    service = invariants.find(predictors, "Service", "reasoning-predictor-headless")
     del service["spec"]["clusterIP"]
     service["spec"]["selector"] = {"app": "reasoning"}
     service["spec"]["ports"][0]["targetPort"] = 8000
-    problems = validate.endpoints_problems(config, predictors)
+    problems = invariants.endpoints_problems(config, predictors)
     assert any("must be headless (clusterIP: None)" in p for p in problems)
     assert any("serving.kserve.io/inferenceservice" in p for p in problems)
     assert any("no port 8080" in p for p in problems)
     assert any("no Service llm-serving/reasoning-predictor-headless" in p
-               for p in validate.endpoints_problems(config, []))
+               for p in invariants.endpoints_problems(config, []))
