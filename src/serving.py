@@ -24,7 +24,7 @@ Before serving, the cyclic GC's youngest generation is collected every `GC_YOUNG
 allocations of tracked objects instead of CPython's 700 (`gc.set_threshold`, the older
 generations' thresholds unchanged): a request leaves no reference cycle behind (the edge
 breaks them), so the young collections found almost nothing and cost 8% of a stream's
-instructions (issue 21: bench/RESULTS.md); peak RSS under load moved by 0.5 MB.
+instructions (measured with callgrind, bench/README.md); peak RSS under load moved by 0.5 MB.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ async def test_the_container_builds_the_app_and_its_overridden_upstream_serves_b
 def test_the_edge_wraps_the_app_and_no_dialect_route_has_middleware_of_its_own() -> None:
     """`EdgeMiddleware` wraps the whole Litestar app, not each Router: Litestar gives a route
     with middleware a second exception-handling layer, one more coroutine on every message
-    sent (per token of a stream; issue 21). Every route is still Litestar's."""
+    sent (per token of a stream). Every route is still Litestar's."""
     app = bootstrap.build_app(load_config_text(CONFIG))
     assert isinstance(app, EdgeMiddleware)
     handlers = [handler for route in app.app.routes for handler in getattr(route, "route_handlers", ())]

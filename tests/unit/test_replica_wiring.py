@@ -214,7 +214,7 @@ def test_importing_the_composition_root_loads_no_prometheus_client() -> None:
 
 
 def test_dnspython_is_loaded_only_for_an_upstream_that_discovers_its_replicas_by_dns() -> None:
-    """Its ~2.4 MB count in every process's memory (issue 21's peak RSS target)."""
+    """Its ~2.4 MB count in every process's memory (the peak RSS benchmark's target)."""
     import subprocess
     import sys
 

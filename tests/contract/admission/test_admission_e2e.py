@@ -1,4 +1,4 @@
-"""Admission end to end (issue 4): real stub and gateway processes, clients on loopback.
+"""Admission end to end: real stub and gateway processes, clients on loopback.
 
 The stub logs one `chat start in_flight=N ... model="M"` line per request it starts,
 so the log shows the order in which requests reached the upstream and how many were

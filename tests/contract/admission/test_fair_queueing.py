@@ -1,4 +1,4 @@
-"""Fair queueing end to end (issue 16): a real gateway, the stub (cap 1, 200 ms answers), keys.
+"""Fair queueing end to end: a real gateway, the stub (cap 1, 200 ms answers), keys.
 
 Consumer A sends 30 requests, then B sends 5, then C (priority 10) sends 1, across `/v1`
 and `/llm` (streams among them, to watch their queue frames). Each request's user text

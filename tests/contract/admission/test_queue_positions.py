@@ -1,4 +1,4 @@
-"""Queue positions on `/llm` streams (issue 5), through real stub and gateway processes.
+"""Queue positions on `/llm` streams, through real stub and gateway processes.
 
 cap 1 on `reasoning`, stub hold 0.6 s, position updates at most every 0.1 s and
 keep-alives every 0.2 s: several streams wait behind each other and each sees its

@@ -1,4 +1,4 @@
-"""Sequences, not requests (issue 19): a request for k choices takes k slots of its upstream's cap.
+"""Sequences, not requests: a request for k choices takes k slots of its upstream's cap.
 
 A real stub with `--max-num-seqs 6` (vLLM's own bound, which counts sequences: a request for
 n choices is n) behind a real gateway whose cap is 6 (`max_in_flight`) and whose

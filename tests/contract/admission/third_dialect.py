@@ -1,4 +1,4 @@
-"""A minimal third inbound dialect, defined in the test tree (seed 4.1: "adding a third
+"""A minimal third inbound dialect, defined in the test tree (the design's promise: "adding a third
 dialect requires no change here").
 
 Surface `plain`: `POST /plain/v1/generate` takes `{"model": ..., "prompt": ...}` and

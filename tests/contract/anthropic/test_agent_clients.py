@@ -1,7 +1,7 @@
 """What agent clients do, through a real `gateway serve`, real stubs and the official SDKs.
 
 System turns inside `messages`, model aliases, context-length refusals in each API's own
-words, and the client's session id in the access log (issue 13, items 1, 2, 3 and 5).
+words, and the client's session id in the access log.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Queue frames a strict client survives (issue 13, item 4), through real stub and gateway processes.
+"""Queue frames a strict client survives, through real stub and gateway processes.
 
 A strict client (the Vercel AI SDK's Anthropic provider, for one) validates every event name
 against Anthropic's list and fails the whole request on `event: queue`. With
@@ -95,7 +95,7 @@ async def test_header_off_sends_comments_a_strict_parser_ignores(procs: Processe
     names = strict_events(quiet)  # the strict client completes normally
     assert names[0] == "message_start" and names[-1] == "message_stop"
     check_anthropic_stream(quiet)
-    # Without the header the default stays seed 2.14's `event: queue`, which a strict client rejects.
+    # Without the header the default stays the `event: queue` frame, which a strict client rejects.
     assert loud.startswith(b'event: queue\ndata: {"type":"queue","position":1'), loud[:120]
     with pytest.raises(UnknownEvent, match="queue"):
         strict_events(loud)

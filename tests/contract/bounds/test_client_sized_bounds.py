@@ -1,4 +1,4 @@
-"""Issue 19: everything a client sizes is bounded, with the documented defaults, on both surfaces.
+"""Everything a client sizes is bounded, with the documented defaults, on both surfaces.
 
 Each refusal goes through a real gateway to an official SDK as a `BadRequestError` naming the
 field (`param` on `/v1`, the dotted path in the message on `/llm`); nothing reaches the upstream.

@@ -1,4 +1,4 @@
-"""Only what the gateway understands is forwarded (issue 19), shown by a recording upstream.
+"""Only what the gateway understands is forwarded, shown by a recording upstream.
 
 A real stub process with `--log-bodies` writes every body it receives; two real gateway
 processes with API keys (the same config, keys file and `cache_salt_secret_file`) front it.

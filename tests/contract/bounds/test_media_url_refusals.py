@@ -1,4 +1,4 @@
-"""Issue 19: the predictor is never made to fetch a URL it must not (SSRF through image URLs).
+"""The predictor is never made to fetch a URL it must not (SSRF through image URLs).
 
 Through a real gateway, with both official SDKs: each refused URL is a `BadRequestError` naming
 the field's path in the surface's own style, and the upstream never sees the request.

@@ -1,4 +1,4 @@
-"""Issue 19: a client cannot grow `/metrics` or the traces by choosing model names.
+"""A client cannot grow `/metrics` or the traces by choosing model names.
 
 With an alias pattern (`claude-sonnet-*`, as the README recommends), 10,000 distinct alias names
 sent concurrently over loopback leave `/metrics` with the same series as before (only the

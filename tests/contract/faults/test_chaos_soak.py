@@ -1,4 +1,4 @@
-"""The chaos soak's short form (issue 9, item 4); the long form is `bench/soak.py`.
+"""The chaos soak's short form; the long form is `bench/soak.py`.
 
 A few hundred requests against an upstream capped at 4 (queue 8, small timeouts) whose
 stub injects random faults (`--fault random`), mixing both surfaces, streaming and not,

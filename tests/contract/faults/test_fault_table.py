@@ -1,4 +1,4 @@
-"""The upstream fault table (issue 9, item 2): one test per fault and surface, real processes.
+"""The upstream fault table: one test per fault and surface, real processes.
 
 One stub per fault kind (`gateway stub --fault KIND`), plus an upstream on a port nobody
 listens on ("refused"), all behind ONE gateway, each upstream capped (admission table)

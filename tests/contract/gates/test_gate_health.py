@@ -1,5 +1,5 @@
 """Ejected and saturated replicas, affinity at arrival and the one safe retry's lease move
-(issue 23) on both admission backends: one contract for the in-memory and the Redis gate
+on both admission backends: one contract for the in-memory and the Redis gate
 (single server and cluster, the `make_gate` fixture of test_gate_sequences.py: on Redis
 every call is another "process", with its own connections), then what only a shared
 ledger can show: two processes, one move.

@@ -1,4 +1,4 @@
-"""Fair queueing on the Redis admission ledger (issue 16): priority bands, weighted
+"""Fair queueing on the Redis admission ledger: priority bands, weighted
 fairness between consumers, max_queued_per_consumer, positions, several processes on
 one schedule, and a differential test against the contract's arithmetic (`Reference`).
 Needs the Redis at GATEWAY_TEST_REDIS_URL (default redis://127.0.0.1:6379/0) and FAILS
@@ -39,7 +39,7 @@ def who(name: str, priority: int = 0, weight: int = 1) -> Consumer:
 
 
 class Reference:
-    """The contract of issue 16 in plain Python: slots, depth, per-consumer limit, and keys
+    """The fair queue's contract in plain Python: slots, depth, per-consumer limit, and keys
     `(seq,)` (fifo) or `(-priority, finish_tag, seq)` (fair, tags in units of 1/SCALE)."""
 
     def __init__(self, pol: AdmissionPolicy) -> None:

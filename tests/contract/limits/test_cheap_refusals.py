@@ -1,4 +1,4 @@
-"""Cheap refusals first (issue 19), through real gateways: the key, then the consumer's request
+"""Cheap refusals first, through real gateways: the key, then the consumer's request
 count and its in-flight slot are decided before the body is read; only token limits wait
 for the decoded body. `count_tokens` counts like any request, and so does every other path
 that reaches a model (`/v1/responses`, `/v1/completions`, `/v1/embeddings`).

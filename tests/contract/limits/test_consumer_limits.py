@@ -1,4 +1,4 @@
-"""Consumer limits end to end (issue 15): real gateways, the stub, Redis, the official SDKs.
+"""Consumer limits end to end: real gateways, the stub, Redis, the official SDKs.
 
 429 in each surface's shape with Retry-After and each dialect's rate-limit headers (also on
 answers), one limit for three processes on one Redis, tokens charged from the upstream's

@@ -1,4 +1,4 @@
-"""KV-cache affinity end to end (issue 23): three `--prefix-cache` stub replicas (vLLM's automatic
+"""KV-cache affinity end to end: three `--prefix-cache` stub replicas (vLLM's automatic
 prefix caching, as timing and usage show it), a real gateway with `[endpoints] urls`, agents'
 conversations on loopback (tests/support/conversations.py).
 

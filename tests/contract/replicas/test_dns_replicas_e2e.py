@@ -1,4 +1,4 @@
-"""DNS discovery end to end (issue 20): a real DNS server on loopback (dnslib) answering A records
+"""DNS discovery end to end: a real DNS server on loopback (dnslib) answering A records
 for stub replicas on 127.0.0.2 / 127.0.0.3 / 127.0.0.4 (one port), a real gateway with
 `[endpoints] dns`, clients on loopback. One scenario, in order: both replicas get traffic; a new
 record gets requests (and the queued ones) within refresh_seconds + 1 s; a record that leaves

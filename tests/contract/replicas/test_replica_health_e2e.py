@@ -1,4 +1,4 @@
-"""Replica health end to end (issue 23): a real gateway over real stub replicas on loopback.
+"""Replica health end to end: a real gateway over real stub replicas on loopback.
 
 - A replica that starts failing (`--fault reset-before-headers --fault-after 10`) is ejected
   after `consecutive_failures`, every client still gets 200 (the one safe retry, the access log

@@ -1,4 +1,4 @@
-"""Replica health over the shared ledger (issue 23): three gateway processes on one real Redis,
+"""Replica health over the shared ledger: three gateway processes on one real Redis,
 three stub replicas, one of which starts failing. Every process ejects it on its own (ejection
 is each process's view), every client still gets 200 because each failed call's lease moves,
 in Redis, to another replica (the Lua `move`), and no replica ever holds more than its slots:

@@ -1,4 +1,4 @@
-"""Replicas end to end (issue 20): real stub replicas with vLLM's scheduler (`--max-num-seqs 4`),
+"""Replicas end to end: real stub replicas with vLLM's scheduler (`--max-num-seqs 4`),
 a real gateway with `[upstreams.reasoning.endpoints] urls`, clients on loopback.
 
 The upstream's `url` points where nothing listens: every call must go to a replica. The

@@ -1,4 +1,4 @@
-"""Each consumer's vLLM `cache_salt` (issue 19): set by the keys file store, stable, unguessable.
+"""Each consumer's vLLM `cache_salt`: set by the keys file store, stable, unguessable.
 
 With `[auth] cache_salt_secret_file` the salt is HMAC-SHA256(secret, name); without it the
 secret is each consumer's own key digests. Either way: the same for one consumer in every

@@ -1,4 +1,4 @@
-"""The in-process gate under `fairness = "fair"` (issue 16): order, share, positions, counts."""
+"""The in-process gate under `fairness = "fair"`: order, share, positions, counts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The in-process gate with k slots per request and with replicas (issues 19 and 20)."""
+"""The in-process gate with k slots per request and with replicas."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Metrics of fair queueing (issue 16): queue depth per priority, queue wait per consumer."""
+"""Metrics of fair queueing: queue depth per priority, queue wait per consumer."""
 
 from __future__ import annotations
 

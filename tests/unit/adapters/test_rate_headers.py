@@ -1,4 +1,4 @@
-"""Each dialect's own rate-limit headers, from one `RateSnapshot` (issue 15)."""
+"""Each dialect's own rate-limit headers, from one `RateSnapshot`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Consumer limits around a request (issues 15, 19), with fakes of our own ports.
+"""Consumer limits around a request, with fakes of our own ports.
 
 At the door (before the body is read): the request count (429) and a consumer slot
 (bounded waiters: 429), held until the door is released. Once decoded: the token

@@ -1,4 +1,4 @@
-"""Sequences and the prefix-cache salt in the use cases (issue 19), with fakes of our own ports.
+"""Sequences and the prefix-cache salt in the use cases, with fakes of our own ports.
 
 A request for k sequences (`domain.sequences`) enters its upstream's gate as k slots and
 reserves k times its output tokens; every request of a known consumer reaches the upstream

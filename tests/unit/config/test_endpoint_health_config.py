@@ -1,4 +1,4 @@
-"""Issue 23's `[upstreams.NAME.endpoints]` keys: ejection, load metrics, affinity; documented
+"""The replica-health keys of `[upstreams.NAME.endpoints]`: ejection, load metrics, affinity; documented
 defaults, each mistake naming its key, and check-config printing them."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The slot ledger with ejected and saturated replicas, affinity at arrival and the one safe
-retry's move (issue 23): the ledger side of `domain.replicas.ReplicaSet`'s rules."""
+retry's move: the ledger side of `domain.replicas.ReplicaSet`'s rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fair queueing (issue 16): examples, then a state machine against a sorted-list model."""
+"""Fair queueing: examples, then a state machine against a sorted-list model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 2.14's Verify section, run as written against real processes.
+"""The queue position event task card's Verify section (shared/seeds), run as written against real processes.
 
 cap = 2 on `reasoning` against a stub holding each request 3 s; `qwen2.5:3b-instruct`
 is an uncapped upstream. The gateway listens on localhost:8080 as the seed says.
