@@ -1,4 +1,5 @@
-"""The GPU slot semaphore task card's Verify section (shared/seeds), run as written: curl + xargs against real processes.
+"""The GPU slot semaphore task card's Verify section (shared/seeds), run as written: curl + xargs,
+against real processes.
 
 The stub holds each answer 2 s and logs to /tmp/stub-reasoning.log; the gateway
 listens on localhost:8080 (the port the card names) with cap 6 and queue 8.
