@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import msgspec
 
 from stub import generate
-from stub.answers import DONE_FRAME, Answer, build_answer, completion_body, stream_frames, stream_parts
+from stub.answers import Answer, build_answer
+from stub.chat_wire import DONE_FRAME, completion_body, stream_frames, stream_parts
 from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
 from stub.faults import HTTP_FAULTS, FaultPicker, answer_fault, http_fault, stream_fault
 from stub.prefix_cache import DEFAULT_CAPACITY, PrefixCache
