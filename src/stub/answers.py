@@ -14,7 +14,7 @@ tokens with finish_reason ``"length"``; they limit content tokens only, never re
 Reasoning text (``--reasoning``): ``REASONING`` pieces, "Let me think about this."; a
 request's ``thinking_token_budget`` N keeps the first N pieces (vLLM ends the thinking after
 N tokens; 0: none; -1: unlimited). Without ``--reasoning`` a budget is refused, as vLLM
-without ``--reasoning-parser`` refuses it (``stub.server``).
+without ``--reasoning-parser`` refuses it (``stub.chat``).
 
 Tool calls: ``stub.tools`` picks the tool and makes up its arguments. ``max_tokens`` below
 the count of argument fragments a stream sends cuts them there with finish_reason
