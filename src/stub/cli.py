@@ -10,10 +10,11 @@ import argparse
 import math
 import sys
 
+from stub.config import StubConfig
 from stub.faults import KINDS, RANDOM
 from stub.prefix_cache import BLOCK_TOKENS, DEFAULT_CAPACITY
 from stub.schema import MAX_MODEL_LEN
-from stub.server import StubConfig, run_server
+from stub.server import run_server
 
 FAULT_HELP = (
     "inject a failure into chat answers: reset-before-headers (TCP reset, no answer), "

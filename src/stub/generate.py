@@ -38,7 +38,7 @@ from stub.schema import encode, error_body
 
 if TYPE_CHECKING:
     from stub.connection import HttpProtocol
-    from stub.server import Stub
+    from stub.state import StubState
 
 PATHS = (b"/v1/completions", b"/v1/embeddings")
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
@@ -74,7 +74,7 @@ _COMPLETION = msgspec.json.Decoder(CompletionRequest)
 _EMBEDDING = msgspec.json.Decoder(EmbeddingRequest)
 
 
-def handle(stub: Stub, proto: HttpProtocol, path: bytes, body: bytes, keep: bool) -> asyncio.Task[None] | None:
+def handle(stub: StubState, proto: HttpProtocol, path: bytes, body: bytes, keep: bool) -> asyncio.Task[None] | None:
     """Answer one request on one of `PATHS`; a task when it must wait (`--hold`, `--chunk-delay`)."""
     config = stub.config
     try:
@@ -125,7 +125,7 @@ def handle(stub: Stub, proto: HttpProtocol, path: bytes, body: bytes, keep: bool
     return asyncio.get_running_loop().create_task(later())
 
 
-def _answer(stub: Stub, path: bytes, body: bytes, keep: bool) -> tuple[str, bool, str, list[bytes], int]:
+def _answer(stub: StubState, path: bytes, body: bytes, keep: bool) -> tuple[str, bool, str, list[bytes], int]:
     """(model, stream, log kind, the bytes to write in order, sequences); raises ValueError /
     DecodeError (400). Sequences: each embedding input, each prompt's max(n, best_of)."""
     if path == b"/v1/embeddings":
@@ -143,7 +143,7 @@ def _answer(stub: Stub, path: bytes, body: bytes, keep: bool) -> tuple[str, bool
                                            CHUNKED_END], sequences
 
 
-def _start(stub: Stub, proto: HttpProtocol, line: str) -> None:
+def _start(stub: StubState, proto: HttpProtocol, line: str) -> None:
     """Count the request in flight, with the chat requests, and write its `--log` line."""
     proto.counted = True
     stub.in_flight += 1
@@ -196,7 +196,7 @@ def _logprobs(pieces: list[str], offset: int) -> dict[str, Any]:
             "top_logprobs": [{piece: -0.5} for piece in pieces], "text_offset": offsets}
 
 
-def _completion(req: CompletionRequest, stub: Stub) -> list[bytes]:
+def _completion(req: CompletionRequest, stub: StubState) -> list[bytes]:
     """The answer: one JSON body, or the SSE frames of a stream."""
     prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
     if not prompts or req.n < 1:

@@ -7,17 +7,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from stub.answers import (
-    WORDS,
-    build_answer,
-    completion_body,
-    example_value,
-    pick_tool,
-    split_arguments,
-    stream_frames,
-    tool_arguments,
-)
+from stub.answers import WORDS, build_answer
+from stub.chat_wire import completion_body, stream_frames
 from stub.schema import CHAT_DECODER, ChatRequest, Tool, context_refusal, error_body, tokenize_body
+from stub.tools import example_value, pick_tool, split_arguments, tool_arguments
 
 WEATHER = {
     "type": "function",
