@@ -35,9 +35,7 @@
 -- All times come from the Redis server's `TIME`, so the processes' clocks never have to
 -- agree. Redis >= 5 replicates script effects, which makes `TIME` in a writing script safe.
 --
--- KEYS: the eighteen of `scripts.KEY_NAMES`, in that order. ARGV: cap, wake channel,
--- per-replica cap (0: no replicas), the caller's eligible replicas, the owner; then the
--- script's own (see the top of each file).
+-- KEYS: `scripts.KEY_NAMES`, in order. ARGV: the five below, then the script's own.
 
 local Q, D, W, S, O, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local F, E, N, VT, TG = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
