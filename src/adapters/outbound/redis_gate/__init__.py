@@ -38,6 +38,7 @@ for the failure model, fencing, lease sizing and the wake-up latency bound.
 """
 
 from adapters.outbound.redis_gate.gate import RedisAdmissionGate
-from adapters.outbound.redis_gate.tickets import OpenLease, RedisLease, RedisTicket
+from adapters.outbound.redis_gate.leases import OpenLease, RedisLease
+from adapters.outbound.redis_gate.tickets import RedisTicket
 
 __all__ = ["OpenLease", "RedisAdmissionGate", "RedisLease", "RedisTicket"]
