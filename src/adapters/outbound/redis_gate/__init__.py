@@ -1,6 +1,6 @@
-"""Shared admission ledger on Redis: one cap and one queue per upstream (fifo, or fair:
-issue 16) for ALL gateway processes and pods (the in-memory gate is only correct inside
-one process).
+"""Shared admission ledger on Redis: one cap and one queue per upstream (fifo, or fair
+across consumers) for ALL gateway processes and pods (the in-memory gate is only correct
+inside one process).
 
 Data layout, for `key_prefix` P (default "gateway") and upstream key U (the config
 table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a slot:
@@ -28,7 +28,7 @@ table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a s
 A token is "<process tag>.<n>", unique per request; an owner is
 "<host>:<pid>:<process tag>:g<generation>" and changes when the process is fenced.
 
-Every change is one Lua script (see `scripts.py`), and each first reclaims expired
+Every change is one Lua script (`lua/`, loaded by `scripts.py`), and each reclaims expired
 owners, expires lapsed queue entries and promotes the smallest key while it fits (head-
 of-line), so a freed slot always goes to the same request whichever process asks (fifo:
 the longest waiter). With replicas the pick is made in the same script, among the
@@ -38,6 +38,7 @@ for the failure model, fencing, lease sizing and the wake-up latency bound.
 """
 
 from adapters.outbound.redis_gate.gate import RedisAdmissionGate
-from adapters.outbound.redis_gate.tickets import OpenLease, RedisLease, RedisTicket
+from adapters.outbound.redis_gate.leases import OpenLease, RedisLease
+from adapters.outbound.redis_gate.tickets import RedisTicket
 
 __all__ = ["OpenLease", "RedisAdmissionGate", "RedisLease", "RedisTicket"]

@@ -1,7 +1,8 @@
 """`RedisAdmissionGate`: one cap and one queue per upstream shared by every process.
 
 The layout, the scripts and the failure model are described in the package docstring
-and in docs/redis-ledger.md; the plumbing lives in `ledger.py`, the loops in
+and in docs/redis-ledger.md; the plumbing lives in `ledger.py` (per-upstream state in
+`upstream.py`), leases and tickets in `leases.py` and `tickets.py`, the loops in
 `background.py`.
 """
 
@@ -12,8 +13,10 @@ from collections.abc import Iterable, Sequence
 
 from adapters.outbound.redis_gate import background, scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN, prepare
-from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream, log
-from adapters.outbound.redis_gate.tickets import OpenLease, RedisLease, RedisTicket, new_lease
+from adapters.outbound.redis_gate.leases import OpenLease, RedisLease, new_lease
+from adapters.outbound.redis_gate.ledger import LedgerCore, log
+from adapters.outbound.redis_gate.tickets import RedisTicket
+from adapters.outbound.redis_gate.upstream import Upstream
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, Draining, QueueFull
 from domain.fair_queue import tag_step
