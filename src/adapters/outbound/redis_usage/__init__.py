@@ -9,7 +9,8 @@ Cluster hash tag, so one consumer's keys share a slot):
     P:{consumer:C}:held   ZSET  slot token -> lease expiry (ms); TTL = the longest lease
     P:consumers:free      pub/sub channel: the name of a consumer whose slot was released
 
-See `scripts.py` and docs/redis-ledger.md ("Consumer counters") for the failure model.
+Every operation is one Lua script (`lua/`, loaded by `scripts.py`); see docs/redis-ledger.md
+("Consumer counters") for the failure model.
 """
 
 from adapters.outbound.redis_usage.concurrency import RedisConsumerConcurrency, RedisSlot
