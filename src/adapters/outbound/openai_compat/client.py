@@ -61,6 +61,7 @@ from domain.upstream_failures import FailureKind
 from ports.telemetry import AttributeValue, Span
 
 from .body_reader import BodyReader
+from .chat_response import response_from_completion
 from .chunk_stream import ChunkStream, Mapper
 from .completion_body import encode_completion, encode_embeddings
 from .completion_mapping import TextStreamMapper, completion_from_body, embeddings_from_body
@@ -69,7 +70,7 @@ from .reasoning_refusal import ReadAhead, read_ahead
 from .replica_sessions import ReplicaSessions
 from .request_body import encode_chat
 from .session import CURRENT_ATTEMPT, Attempt
-from .stream_mapping import StreamMapper, response_from_completion
+from .stream_mapping import StreamMapper
 from .token_count import APPLY_TEMPLATE, TOKENIZE, count_chat, recount
 from .wire import ERROR_DECODER
 
