@@ -4,7 +4,7 @@
     BENCH_GATEWAY_PYTHON=bench/whatif.py WHATIF=no-guard-copy,gc-threshold \\
         .venv/bin/python bench/cpu_cost.py --target ours --scenario v1-stream --callgrind
 
-Issue 21's profile used this to put a figure on each proposed change before anyone writes
+It puts a figure on each proposed change to the request path before anyone writes
 it: each name below removes (or stubs out) one per-request cost at import time, so
 `cpu_cost.py --callgrind` can count the instructions that cost takes. A patched gateway is
 NOT a correct gateway (a removed timeout no longer times out, a removed trace hook no longer
@@ -71,8 +71,8 @@ def _no_lease_watch() -> None:
 
 
 def _no_read_timeout() -> None:
-    """The bound on every upstream body read (an `asyncio.timeout` per read before issue 21,
-    one lazy timer per response since: `BodyReader`)."""
+    """The bound on every upstream body read (once an `asyncio.timeout` per read,
+    now one lazy timer per response: `BodyReader`)."""
     from adapters.outbound.openai_compat.body_reader import BodyReader
 
     async def read(self: Any) -> bytes:
@@ -291,6 +291,7 @@ def _no_mapping() -> None:
     fixed canonical events, the frames before the usage one relayed as one slice. Any other
     read is mapped as usual."""
     from adapters.outbound.openai_compat import stream_mapping as sm
+    from adapters.outbound.openai_compat.token_frames import TOKEN_FRAMES_FORMAT
     from domain.canonical import Finish, MessageStart, NativePayload, StreamChunk, TextRun, Usage, UsageReport
 
     mapped = sm.StreamMapper.feed_events
@@ -303,7 +304,7 @@ def _no_mapping() -> None:
         self.phase = sm.Phase.DONE
         events = [MessageStart(id="x", model="m", created=1), TextRun(texts=["a"] * 20),
                   Finish(reason="end_turn"), UsageReport(usage=Usage(input_tokens=1, output_tokens=20))]
-        return [StreamChunk(events=events, native=NativePayload(format=sm.TOKEN_FRAMES_FORMAT, data=data[:cut]))]
+        return [StreamChunk(events=events, native=NativePayload(format=TOKEN_FRAMES_FORMAT, data=data[:cut]))]
 
     sm.StreamMapper.feed_events = feed_events  # type: ignore[method-assign]
 

@@ -6,7 +6,7 @@ import pytest
 from tests.support.metrics import samples
 from tests.unit.adapters.test_memory_gate import FakeClock
 
-from adapters.outbound import prometheus_metrics
+from adapters.outbound import prometheus_consumers
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from domain.records import RequestRecord
@@ -31,7 +31,7 @@ def test_the_model_label_is_the_configured_name_never_the_clients() -> None:
 def test_consumer_counts_are_all_there_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """One process adds a consumer's counts to its counters when they are read (render,
     totals) and before the children are cleared past their bound; none is lost."""
-    monkeypatch.setattr(prometheus_metrics, "_MAX_CONSUMER_CHILDREN", 3)
+    monkeypatch.setattr(prometheus_consumers, "_MAX_CONSUMER_CHILDREN", 3)
     metrics = PrometheusMetrics(InMemoryAdmissionGate({}, FakeClock()))
 
     def finish(consumer: str, status: int = 200) -> None:

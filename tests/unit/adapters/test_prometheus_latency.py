@@ -7,7 +7,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from tests.unit.adapters.test_memory_gate import FakeClock
 
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
-from adapters.outbound.prometheus_metrics import _LATENCY_BUCKETS, PrometheusMetrics, _Latency
+from adapters.outbound.prometheus_latency import LATENCY_BUCKETS, Latency
+from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from domain.records import RequestRecord
 
 VALUES = [0.0, 0.001, 0.005, 0.0051, 0.025, 0.3, 1, 1.0, 7, 300, 400, 1e9]
@@ -15,8 +16,8 @@ VALUES = [0.0, 0.001, 0.005, 0.0051, 0.025, 0.3, 1, 1.0, 7, 300, 400, 1e9]
 
 def test_the_exposition_is_prometheus_clients_own() -> None:
     theirs, ours = CollectorRegistry(), CollectorRegistry()
-    histogram = Histogram("x_seconds", "doc", ["upstream", "consumer"], buckets=_LATENCY_BUCKETS, registry=theirs)
-    latency = _Latency("x_seconds", "doc", ["upstream", "consumer"])
+    histogram = Histogram("x_seconds", "doc", ["upstream", "consumer"], buckets=LATENCY_BUCKETS, registry=theirs)
+    latency = Latency("x_seconds", "doc", ["upstream", "consumer"])
     ours.register(latency)
     for i, value in enumerate(VALUES):
         labels = ("a", "b") if i % 3 else ("c", "d")

@@ -13,8 +13,9 @@ from adapters.inbound.anthropic.mapping import decode_messages, encode_message
 from adapters.inbound.anthropic.stream import AnthropicStream
 from adapters.inbound.openai.mapping import decode_request, encode_response
 from adapters.inbound.openai.stream import ChunkWriter
+from adapters.outbound.openai_compat.chat_response import response_from_completion
 from adapters.outbound.openai_compat.request_body import encode_chat
-from adapters.outbound.openai_compat.stream_mapping import StreamMapper, response_from_completion
+from adapters.outbound.openai_compat.stream_mapping import StreamMapper
 from domain.canonical import ChatResponse, Finish, MessageStart, StreamChunk, TextPart, Usage, UsageReport
 
 USER: Any = [{"role": "user", "content": "hi"}]

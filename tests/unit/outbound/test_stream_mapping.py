@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from adapters.outbound.openai_compat.finish_reasons import map_finish
 from adapters.outbound.openai_compat.sse_decoder import SseDecoder
-from adapters.outbound.openai_compat.stream_mapping import Phase, StreamMapper, map_finish
+from adapters.outbound.openai_compat.stream_mapping import Phase, StreamMapper
 from domain.canonical import (
     Finish,
     MessageStart,

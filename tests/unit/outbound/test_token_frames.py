@@ -22,7 +22,8 @@ from tests.support.events import flat_events
 from adapters.inbound.openai.stream import ChunkWriter
 from adapters.outbound.openai_compat.chunk_stream import ChunkStream
 from adapters.outbound.openai_compat.sse_decoder import SseDecoder, whole_events
-from adapters.outbound.openai_compat.stream_mapping import TOKEN_FRAMES_FORMAT, Phase, StreamMapper
+from adapters.outbound.openai_compat.stream_mapping import Phase, StreamMapper
+from adapters.outbound.openai_compat.token_frames import TOKEN_FRAMES_FORMAT
 from domain.canonical import NativePayload, StreamChunk, TextDelta, TextRun
 
 _ID = b'{"id":"c1","object":"chat.completion.chunk","created":5,"model":"up","choices":'

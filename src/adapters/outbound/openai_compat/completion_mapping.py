@@ -24,8 +24,9 @@ from domain.canonical import (
 from domain.completions import Completion, Embeddings
 from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
 
+from .finish_reasons import error_event, map_finish
 from .sse_decoder import blocks_of, payload_of
-from .stream_mapping import Phase, error_event, map_finish
+from .stream_mapping import Phase
 from .wire import EMBEDDINGS_DECODER, TEXT_DECODER, ErrorFields, UsageView
 
 COMPLETION_FORMAT = "openai-completion"

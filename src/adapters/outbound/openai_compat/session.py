@@ -12,7 +12,7 @@
   methods; the session's connector marks the request's `Attempt` (`CURRENT_ATTEMPT`, set
   by the client around its POST) as sent on a reused connection when the connection it
   hands out is one it handed out before, so the client can make its own single resend of
-  a POST (see `client.py`); and as sent once it has a connection (the head is written
+  a POST (see `transport.py`); and as sent once it has a connection (the head is written
   right after, in the same step), so a timeout tells a connect that never finished from a
   request the replica may be working on. Not aiohttp's trace signals: a `TraceConfig`
   makes aiohttp send every signal of every request through its tracing machinery
@@ -85,7 +85,7 @@ def upstream_session(base_url: str) -> aiohttp.ClientSession:
     )
     return aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None),  # every call passes its own (client.py)
+        timeout=aiohttp.ClientTimeout(total=None),  # every call passes its own (transport.py)
         auto_decompress=False,
         cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("User-Agent",),
