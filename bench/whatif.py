@@ -4,7 +4,7 @@
     BENCH_GATEWAY_PYTHON=bench/whatif.py WHATIF=no-guard-copy,gc-threshold \\
         .venv/bin/python bench/cpu_cost.py --target ours --scenario v1-stream --callgrind
 
-Issue 21's profile used this to put a figure on each proposed change before anyone writes
+It puts a figure on each proposed change to the request path before anyone writes
 it: each name below removes (or stubs out) one per-request cost at import time, so
 `cpu_cost.py --callgrind` can count the instructions that cost takes. A patched gateway is
 NOT a correct gateway (a removed timeout no longer times out, a removed trace hook no longer
@@ -13,7 +13,7 @@ patches reach into Litestar or aiohttp internals to remove a cost; that is allow
 only because nothing here is the product. The real change must do the same work within the
 stack's public API, so the saving measured is an upper bound for it.
 
-It stands in for the gateway's interpreter as bench/targets.py runs it (`-m bootstrap serve
+It stands in for the gateway's interpreter as bench/targets.py runs it (`-m cli serve
 ...`): `BENCH_GATEWAY_PYTHON` points at this file, which re-executes itself on the runtime
 venv's interpreter (bench/.venv-runtime, built by bench/run) when that exists.
 `cpu_cost.py --callgrind` follows that exec (valgrind `--trace-children=yes`). Given a
@@ -71,8 +71,8 @@ def _no_lease_watch() -> None:
 
 
 def _no_read_timeout() -> None:
-    """The bound on every upstream body read (an `asyncio.timeout` per read before issue 21,
-    one lazy timer per response since: `BodyReader`)."""
+    """The bound on every upstream body read (once an `asyncio.timeout` per read,
+    now one lazy timer per response: `BodyReader`)."""
     from adapters.outbound.openai_compat.body_reader import BodyReader
 
     async def read(self: Any) -> bytes:
@@ -329,7 +329,7 @@ def main() -> int:
     unknown = set(wanted) - set(PATCHES)
     if unknown:
         raise SystemExit(f"whatif: unknown {sorted(unknown)}; known: {', '.join(PATCHES)}")
-    if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): the GC settings, the probe, the profiler
+    if sys.argv[1:3] != ["-m", "cli"]:  # a script (the ceiling): the GC settings, the probe, the profiler
         import runpy
 
         for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report", "loop-lag", "cprofile", "opcodes"}:
@@ -341,10 +341,10 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
     for name in wanted:
         PATCHES[name]()
-    sys.argv = ["bootstrap", *sys.argv[3:]]
-    import bootstrap
+    sys.argv = ["cli", *sys.argv[3:]]
+    import cli
 
-    return bootstrap.main()
+    return cli.main()
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def _wait_listening(port: int, timeout: float = 10.0) -> None:
 
 def demo_config() -> tuple[Config, Callable[[], None]]:
     reasoning_port, qwen_port = _free_port(), _free_port()
-    stub = [sys.executable, "-m", "bootstrap", "stub"]
+    stub = [sys.executable, "-m", "cli", "stub"]
     procs = [
         subprocess.Popen([*stub, "--listen", f"127.0.0.1:{reasoning_port}", "--hold", "2", "--reasoning",
                           "--log", "/tmp/stub-reasoning.log"]),

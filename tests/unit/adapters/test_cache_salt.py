@@ -1,4 +1,4 @@
-"""Each consumer's vLLM `cache_salt` (issue 19): set by the keys file store, stable, unguessable.
+"""Each consumer's vLLM `cache_salt`: set by the keys file store, stable, unguessable.
 
 With `[auth] cache_salt_secret_file` the salt is HMAC-SHA256(secret, name); without it the
 secret is each consumer's own key digests. Either way: the same for one consumer in every
@@ -61,6 +61,6 @@ def test_serve_refuses_to_start_on_a_bad_secret_file(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
     config.write_text(f'[upstreams.u]\nurl = "http://127.0.0.1:9"\nmodels = ["m"]\n[auth]\nmode = "required"\n'
                       f'keys_file = "{keys}"\ncache_salt_secret_file = "{secret}"\n')
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "serve", "--config", str(config)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(config)], cwd=ROOT,
                           env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "auth.cache_salt_secret_file" in done.stderr and "tiny" not in done.stderr
