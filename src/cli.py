@@ -1,11 +1,12 @@
 """The `gateway` command: reads its arguments (and the config), asks the composition root
 (`bootstrap`) for the app and serves it (`serving`).
 
-`gateway serve --config PATH` runs the gateway, `gateway check-config --config PATH`
-validates a file, `gateway stub --listen HOST:PORT` runs the vLLM-like stub upstream,
-`gateway keys new --consumer NAME` makes an API key and its keys-file entry.
-`gateway serve` without `--config` runs the embedded demo: two stub upstreams
-started as child processes and a config pointing at them.
+`gateway serve [--config PATH]` runs the gateway; without `--config` it runs the
+embedded demo (`demo`: two stub upstreams started as child processes and a config
+pointing at them). `gateway check-config --config PATH` validates a file,
+`gateway keys new --consumer NAME` makes an API key and its keys-file entry,
+`gateway stub --listen HOST:PORT` runs the vLLM-like stub upstream, `gateway --version`
+prints the installed version.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import sys
 import tempfile
 from collections.abc import Sequence
+from importlib.metadata import version
 from typing import Any
 
 from litestar import Litestar
@@ -30,6 +32,11 @@ from bootstrap import build_app
 from config import Config, ConfigError, dump_config, load_config, parse_listen, parse_ops_listen
 from wiring.observability import MULTIPROC_ENV
 
+DESCRIPTION = (
+    "An LLM API gateway: serves the OpenAI API (/v1) and the Anthropic Messages API (/llm) over "
+    "self-hosted vLLM upstreams, each behind its own admission control (a cap on requests in flight "
+    "and a bounded queue)."
+)
 log = logging.getLogger("gateway")
 
 
@@ -133,25 +140,33 @@ def _stub(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     from stub.cli import add_arguments as add_stub_arguments
 
-    parser = argparse.ArgumentParser(prog="gateway", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gateway")
+    gateway = argparse.ArgumentParser(prog="gateway", description=DESCRIPTION,
+                                      epilog="`gateway COMMAND --help`: its options. More: docs/operations.md")
+    gateway.add_argument("--version", action="version", version=f"%(prog)s {version('gateway')}")
+    commands = gateway.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the gateway (no --config: a demo on two stub upstreams)",
+                                description="Run the gateway until SIGTERM/SIGINT (the first one drains).")
     serve.add_argument("--config", help="TOML config file (default: the embedded stub demo)")
     serve.set_defaults(run=_serve)
-    check = commands.add_parser("check-config", help="validate a config file and print it")
+    check = commands.add_parser("check-config", help="validate a config file, print it with secrets masked")
     check.add_argument("--config", required=True)
     check.set_defaults(run=_check_config)
-    keys = commands.add_parser("keys", help="API keys").add_subparsers(dest="keys_command", required=True)
+    keys = commands.add_parser("keys", help="API keys (`keys new` makes one)").add_subparsers(
+        dest="keys_command", required=True, title="commands", metavar="COMMAND")
     new = keys.add_parser("new", help="make a new API key and print its keys-file entry")
     new.add_argument("--consumer", required=True, help="the consumer (keys-file table name) the key is for")
     new.set_defaults(run=_keys_new)
     stub = commands.add_parser("stub", help="run the vLLM-compatible stub upstream")
     add_stub_arguments(stub)
     stub.set_defaults(run=_stub)
-    args = parser.parse_args(argv)
+    return gateway
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         return int(args.run(args))
     except ConfigError as error:
