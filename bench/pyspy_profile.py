@@ -30,7 +30,8 @@ import targets as t
 OUT = Path(__file__).resolve().parent / "out"
 PACED = {"paced-v1": drive.SCENARIOS[1], "paced-llm": drive.SCENARIOS[2]}
 PACKAGES = [  # (label, pattern on the frame's file as py-spy shortens it); first match wins
-    ("gateway src", re.compile(r"^(adapters|application|domain|ports)/|^(bootstrap|serving|config)\.py")),
+    ("gateway src",
+     re.compile(r"^(adapters|application|domain|ports|wiring)/|^(bootstrap|cli|serving|config|demo)\.py")),
     ("litestar", re.compile(r"^litestar/")), ("uvicorn", re.compile(r"^uvicorn/")),
     ("aiohttp (+yarl, multidict)", re.compile(r"^(aiohttp|yarl|multidict)/")),
     ("msgspec", re.compile(r"msgspec")), ("opentelemetry", re.compile(r"^opentelemetry/")),

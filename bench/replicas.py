@@ -1,4 +1,4 @@
-"""Replicas behind a connection-level balancer vs picked by the gateway (issue 20).
+"""Replicas behind a connection-level balancer vs picked by the gateway.
 
     .venv/bin/python bench/replicas.py [--runs 10] [--hold 1] [--seed N]
 
@@ -71,7 +71,7 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0) -
 
 def spawn(argv: list[str], out: Path) -> subprocess.Popen[bytes]:
     with out.open("ab") as handle:
-        return subprocess.Popen([sys.executable, "-m", "bootstrap", *argv], stdout=handle,
+        return subprocess.Popen([sys.executable, "-m", "cli", *argv], stdout=handle,
                                 stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
 
 

@@ -1,4 +1,4 @@
-"""Chaos soak (issue 9, item 4): a capped upstream, random faults, random hang-ups; nothing lost.
+"""Chaos soak: a capped upstream, random faults, random hang-ups; nothing lost.
 
     .venv/bin/python bench/soak.py [--requests 3000] [--concurrency 14] [--seed 1] [--fault-rate 0.2]
 
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     config.write_text(f'[server]\nlisten = "127.0.0.1:{gateway_port}"\n{d.SERVER_EXTRA}'
                       f'\n[ops]\nlisten = "127.0.0.1:{ops_port}"\n'
                       + d.upstream_toml(f"http://127.0.0.1:{stub_port}"))  # fmt: skip
-    gateway_argv = [sys.executable, "-m", "bootstrap", "serve", "--config", str(config)]
+    gateway_argv = [sys.executable, "-m", "cli", "serve", "--config", str(config)]
     procs: list[subprocess.Popen[bytes]] = []
     try:
         procs.append(_start(stub_argv, workdir / "stub.out", f"http://127.0.0.1:{stub_port}/health"))

@@ -13,7 +13,7 @@ patches reach into Litestar or aiohttp internals to remove a cost; that is allow
 only because nothing here is the product. The real change must do the same work within the
 stack's public API, so the saving measured is an upper bound for it.
 
-It stands in for the gateway's interpreter as bench/targets.py runs it (`-m bootstrap serve
+It stands in for the gateway's interpreter as bench/targets.py runs it (`-m cli serve
 ...`): `BENCH_GATEWAY_PYTHON` points at this file, which re-executes itself on the runtime
 venv's interpreter (bench/.venv-runtime, built by bench/run) when that exists.
 `cpu_cost.py --callgrind` follows that exec (valgrind `--trace-children=yes`). Given a
@@ -330,7 +330,7 @@ def main() -> int:
     unknown = set(wanted) - set(PATCHES)
     if unknown:
         raise SystemExit(f"whatif: unknown {sorted(unknown)}; known: {', '.join(PATCHES)}")
-    if sys.argv[1:3] != ["-m", "bootstrap"]:  # a script (the ceiling): the GC settings, the probe, the profiler
+    if sys.argv[1:3] != ["-m", "cli"]:  # a script (the ceiling): the GC settings, the probe, the profiler
         import runpy
 
         for name in set(wanted) & {"gc-threshold", "no-gc", "gc-report", "loop-lag", "cprofile", "opcodes"}:
@@ -342,10 +342,10 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
     for name in wanted:
         PATCHES[name]()
-    sys.argv = ["bootstrap", *sys.argv[3:]]
-    import bootstrap
+    sys.argv = ["cli", *sys.argv[3:]]
+    import cli
 
-    return bootstrap.main()
+    return cli.main()
 
 
 if __name__ == "__main__":

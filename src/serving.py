@@ -186,25 +186,26 @@ def _serve(server: DrainingServer, sockets: list[socket.socket] | None, ops: Ops
 def run(
     app: Any, host: str, port: int, drain: Callable[[], Awaitable[None]], grace_seconds: float, *,
     http_protocol: type[asyncio.Protocol], limit_concurrency: int, keep_alive: int, ops: Ops | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
-    """One process: serve until drained."""
+    """One process: serve until drained, on `sock` when the caller bound it (else uvicorn binds host:port)."""
     config = _uvicorn_config(app, host, port, grace_seconds, http_protocol, limit_concurrency, keep_alive)
     log.info("gateway listening on http://%s:%d", host, port)
-    _serve(DrainingServer(config, drain), None, ops, http_protocol, keep_alive)
+    _serve(DrainingServer(config, drain), None if sock is None else [sock], ops, http_protocol, keep_alive)
 
 
 def run_workers(
     workers: int, host: str, port: int, grace_seconds: float,
     build: Callable[[], tuple[Any, Callable[[], Awaitable[None]], Any]], *,
     http_protocol: type[asyncio.Protocol], limit_concurrency: int, keep_alive: int,
-    ops_socket: socket.socket | None = None,
+    ops_socket: socket.socket | None = None, sock: socket.socket | None = None,
 ) -> int:
     """Several processes on one listening socket (only with a shared admission ledger).
 
-    The parent binds the socket, forks the workers before any event loop exists, and
-    forwards every SIGTERM/SIGINT to them; each worker builds its own app (its own client
-    sessions, gate connection and metrics) and drains on its own (`DrainingServer`). Exit
-    status is 0 when every worker exited 0.
+    The parent binds the socket (unless the caller has: `sock`), forks the workers before
+    any event loop exists, and forwards every SIGTERM/SIGINT to them; each worker builds its
+    own app (its own client sessions, gate connection and metrics) and drains on its own
+    (`DrainingServer`). Exit status is 0 when every worker exited 0.
 
     Why not uvicorn's own `workers` (its `Multiprocess` supervisor, uvicorn 0.54), which
     cannot keep that drain through its public API:
@@ -221,9 +222,10 @@ def run_workers(
     - workers are spawned, not forked: the app, and the protocol class made from the
       config, would have to be importable by name in every worker.
     """
-    sock = listen_socket(host, port)
+    if sock is None:
+        sock = listen_socket(host, port)
     # The ops socket is shared like the main one: any worker answers a scrape, and the
-    # metrics are every worker's (prometheus_client's multiprocess mode, see bootstrap).
+    # metrics are every worker's (prometheus_client's multiprocess mode, see cli).
     children: list[int] = []
     for _ in range(workers):
         pid = os.fork()

@@ -136,7 +136,7 @@ class Processes:
              host: str = "127.0.0.1") -> Proc:
         """`host`: another loopback address (127.0.0.2, ...) for replicas on one port."""
         def start(port: int) -> Proc:
-            argv = [sys.executable, "-m", "bootstrap", "stub", "--listen", f"{host}:{port}", *args]
+            argv = [sys.executable, "-m", "cli", "stub", "--listen", f"{host}:{port}", *args]
             if log is not None:
                 argv += ["--log", str(log)]
             return self._spawn("stub", argv, port, "/health", host=host)
@@ -159,7 +159,7 @@ class Processes:
             config = self.workdir / f"gateway-{self._n}.toml"
             ops = "" if "[ops]" in toml else f'\n[ops]\nlisten = "{ops_listen}"\n'
             config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml + ops)
-            command = launcher or [sys.executable, "-m", "bootstrap", "serve"]
+            command = launcher or [sys.executable, "-m", "cli", "serve"]
             proc = self._spawn("gateway", [*command, "--config", str(config)], port, "/healthz", env)
             if proc.ops_port == port:
                 # The ops listener binds first, on `:0`, and the system can give it the port just

@@ -22,6 +22,7 @@ from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk,
 from domain.errors import UpstreamUnavailable
 from domain.upstream_failures import FailureKind
 from ports.discovery import ReadyListener
+from wiring import replicas
 
 A, B = "http://10.0.0.1:8080", "http://10.0.0.2:8080"
 CONFIG = f"""
@@ -222,7 +223,7 @@ def test_dnspython_is_loaded_only_for_an_upstream_that_discovers_its_replicas_by
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
     table = load_config_text(CONFIG.replace(f'urls = ["{A}", "{B}"]', 'dns = "up.example"\nport = 8080'))
     endpoints = table.upstreams["up"].endpoints
-    assert endpoints is not None and type(bootstrap._discovery("up", endpoints)).__name__ == "DnsReplicas"
+    assert endpoints is not None and type(replicas.discovery("up", endpoints)).__name__ == "DnsReplicas"
 
 
 def test_the_affinity_store_follows_the_backend_and_only_affinity_upstreams_use_it() -> None:
@@ -230,15 +231,15 @@ def test_the_affinity_store_follows_the_backend_and_only_affinity_upstreams_use_
     one (the gate's Redis and key prefix) with the Redis backend; the services get the upstreams
     that use it (`[endpoints]` and `affinity = "prefix"`)."""
     config = load_config_text(with_endpoints("affinity_max_extra_in_flight = 2"))
-    assert bootstrap._affinity_upstreams(config) == {"up": 2}
-    assert isinstance(bootstrap._affinity_store(config), MemoryAffinityStore)
+    assert replicas.affinity_upstreams(config) == {"up": 2}
+    assert isinstance(replicas.affinity_store(config), MemoryAffinityStore)
     off = load_config_text(with_endpoints('affinity = "off"'))
-    assert bootstrap._affinity_upstreams(off) == {} and bootstrap._affinity_store(off) is None
+    assert replicas.affinity_upstreams(off) == {} and replicas.affinity_store(off) is None
     shared = load_config_text('[admission]\nbackend = "redis"\nredis_url = "redis://127.0.0.1:6379/0"\n'
                               'key_prefix = "affinity-unit"\n' + CONFIG)
     from adapters.outbound.redis_affinity import RedisAffinityStore
 
-    store = bootstrap._affinity_store(shared)
+    store = replicas.affinity_store(shared)
     assert isinstance(store, RedisAffinityStore) and store._prefix == "affinity-unit"
     container = bootstrap.Container(config=config)
     assert container.affinity().wanted("up") and not container.affinity().wanted("plain")

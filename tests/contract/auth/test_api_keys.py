@@ -301,12 +301,12 @@ def test_a_bad_file_at_start_stops_startup(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
     config.write_text('[server]\nlisten = "127.0.0.1:1"\n' + upstream_toml("plain", "http://127.0.0.1:2", ["plain"])
                       + _auth_toml(keys))
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "serve", "--config", str(config)],
+    done = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(config)],
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2, done.stderr
     assert "consumers.frontend.keys[0]" in done.stderr and str(keys) in done.stderr
     keys.unlink()
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "serve", "--config", str(config)],
+    done = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(config)],
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and "cannot read keys file" in done.stderr
 

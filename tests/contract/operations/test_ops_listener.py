@@ -62,7 +62,7 @@ def test_a_taken_ops_port_stops_startup_naming_the_key(tmp_path: Path) -> None:
         config = tmp_path / "gateway.toml"
         config.write_text(f'[server]\nlisten = "127.0.0.1:{free_port()}"\n[ops]\nlisten = "127.0.0.1:{port}"\n'
                           + upstream_toml("plain", "http://127.0.0.1:9", ["plain"]))
-        done = subprocess.run([sys.executable, "-m", "bootstrap", "serve", "--config", str(config)],
+        done = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(config)],
                               capture_output=True, text=True, timeout=30, check=False,
                               env={**os.environ, "PYTHONPATH": "src"})
     assert done.returncode == 2, done.stderr

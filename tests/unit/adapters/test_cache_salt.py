@@ -61,6 +61,6 @@ def test_serve_refuses_to_start_on_a_bad_secret_file(tmp_path: Path) -> None:
     config = tmp_path / "gateway.toml"
     config.write_text(f'[upstreams.u]\nurl = "http://127.0.0.1:9"\nmodels = ["m"]\n[auth]\nmode = "required"\n'
                       f'keys_file = "{keys}"\ncache_salt_secret_file = "{secret}"\n')
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "serve", "--config", str(config)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(config)], cwd=ROOT,
                           env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "auth.cache_salt_secret_file" in done.stderr and "tiny" not in done.stderr

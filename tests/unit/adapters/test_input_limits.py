@@ -19,10 +19,10 @@ from adapters.inbound.anthropic.errors import AnthropicErrors
 from adapters.inbound.anthropic.mapping import decode_count_tokens, decode_messages
 from adapters.inbound.openai.errors import renderer
 from adapters.inbound.openai.mapping import decode_request
-from bootstrap import _input_limits
 from config import ConfigError, load_config_text
 from domain.errors import GatewayError, InvalidRequest, PayloadTooLarge, RequestTimeout
 from domain.records import RequestRecord
+from wiring.http_app import input_limits
 
 LIMITS = InputLimits(max_messages=3, max_content_blocks=2, max_output_tokens={"m": 100})
 USER = {"role": "user", "content": "hi"}
@@ -223,7 +223,7 @@ models = ["m3"]
 
 
 def test_config_keys_reach_the_limits() -> None:
-    limits = _input_limits(load_config_text(CONFIG))
+    limits = input_limits(load_config_text(CONFIG))
     assert limits.max_messages == 10 and limits.max_content_blocks == 512
     assert dict(limits.max_output_tokens) == {"m1": 4096, "m2": 4096}
     assert limits.max_output_tokens.get("claude-sonnet-4-6") == 4096  # an alias has its upstream's cap

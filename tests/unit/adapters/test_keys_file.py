@@ -90,7 +90,7 @@ def test_new_key_format_and_entry() -> None:
 
 
 def test_cli_keys_new_prints_the_key_once_and_a_pasteable_entry(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "keys", "new", "--consumer", "batch"],
+    done = subprocess.run([sys.executable, "-m", "cli", "keys", "new", "--consumer", "batch"],
                           capture_output=True, text=True, check=True)
     lines = done.stdout.splitlines()
     keys = [line.split()[1] for line in lines if line.startswith("key:")]
@@ -99,7 +99,7 @@ def test_cli_keys_new_prints_the_key_once_and_a_pasteable_entry(tmp_path: Path) 
     entry = "\n".join(line for line in lines if not line.startswith("key:"))
     table = parse_keys(entry)  # the rest pastes into a keys file as it is (the note is a comment)
     assert table[key_digest(keys[0])][1].name == "batch"
-    missing = subprocess.run([sys.executable, "-m", "bootstrap", "keys", "new"],
+    missing = subprocess.run([sys.executable, "-m", "cli", "keys", "new"],
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "--consumer" in missing.stderr
 

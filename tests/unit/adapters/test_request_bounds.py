@@ -12,10 +12,10 @@ from adapters.inbound._shared.edge import Call
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.anthropic.mapping import decode_count_tokens, decode_messages
 from adapters.inbound.openai.mapping import decode_request
-from bootstrap import _input_limits
 from config import ConfigError, load_config_text
 from domain.canonical import ImagePart, ToolResultPart
 from domain.errors import InvalidRequest
+from wiring.http_app import input_limits
 
 LIMITS = InputLimits(max_content_blocks=3, max_stop_sequences=2, max_tools=2, max_tool_schema_bytes=100)
 USER = {"role": "user", "content": "hi"}
@@ -193,7 +193,7 @@ CONFIG = '[upstreams.a]\nurl = "http://a:80"\nmodels = ["m"]\n'
 
 
 def test_defaults_are_the_documented_ones() -> None:
-    limits, server = _input_limits(load_config_text(CONFIG)), load_config_text(CONFIG).server
+    limits, server = input_limits(load_config_text(CONFIG)), load_config_text(CONFIG).server
     assert (server.max_stop_sequences, server.max_tools, server.max_tool_schema_bytes) == (16, 256, 65536)
     assert server.media_url_schemes == ["https", "data"]
     assert limits == InputLimits(max_output_tokens=limits.max_output_tokens, max_choices=limits.max_choices)
@@ -203,7 +203,7 @@ def test_defaults_are_the_documented_ones() -> None:
 def test_the_keys_reach_the_decoders() -> None:
     text = ("[server]\nmax_stop_sequences = 1\nmax_tools = 1\nmax_tool_schema_bytes = 10\n"
             'media_url_schemes = ["http", "https"]\n' + CONFIG)  # fmt: skip
-    limits = _input_limits(load_config_text(text))
+    limits = input_limits(load_config_text(text))
     assert (limits.max_stop_sequences, limits.max_tools, limits.max_tool_schema_bytes) == (1, 1, 10)
     assert limits.media_url_schemes == {"http", "https"}
 

@@ -41,7 +41,7 @@ def test_mistakes_name_the_key(table: str, message: str) -> None:
 def test_check_config_prints_auth(tmp_path: Path) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text(UPSTREAM + '[auth]\nmode = "required"\nkeys_file = "/etc/gateway/keys/keys.toml"\n')
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+    done = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(path)],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert '"mode": "required"' in done.stdout and '"keys_file": "/etc/gateway/keys/keys.toml"' in done.stdout

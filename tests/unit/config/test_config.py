@@ -57,12 +57,12 @@ def test_client_connection_and_waiting_keys_have_documented_defaults() -> None:
 
 
 def test_fairness_keys_reach_the_policy() -> None:
-    from bootstrap import _policies
+    from wiring.admission import policies
 
     config = load_config_text(UPSTREAM + ADMISSION + 'fairness = "fair"\nmax_queued_per_consumer = 4\n')
-    policy = _policies(config)["a"]
+    policy = policies(config)["a"]
     assert policy is not None and (policy.fairness, policy.max_queued_per_consumer) == ("fair", 4)
-    default = _policies(load_config_text(UPSTREAM + ADMISSION))["a"]
+    default = policies(load_config_text(UPSTREAM + ADMISSION))["a"]
     assert default is not None and (default.fairness, default.max_queued_per_consumer) == ("fifo", None)
 
 
@@ -153,7 +153,7 @@ def test_check_config_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     big = tmp_path / "big.toml"  # an effective config far larger than a pipe's buffer
     big.write_text("".join(f'[upstreams.u{i}]\nurl = "http://u{i}:80"\nmodels = ["m{i}"]\n' for i in range(600)))
     done = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", f"{sys.executable} -m bootstrap check-config --config {big} | head -n 2"],
+        ["bash", "-o", "pipefail", "-c", f"{sys.executable} -m cli check-config --config {big} | head -n 2"],
         capture_output=True, text=True, check=False, timeout=60)
     assert done.stdout.splitlines()[0] == "{", done.stdout[:200]
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
@@ -163,25 +163,25 @@ def test_check_config_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
 def test_check_config_cli(tmp_path: Path) -> None:
     good = tmp_path / "good.toml"
     good.write_text(DESIGN_EXAMPLE)
-    ok = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(good)],
+    ok = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(good)],
                         capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
     assert '"max_in_flight": 6' in ok.stdout and '"connect_timeout_seconds"' in ok.stdout
     assert '"fairness": "fifo"' in ok.stdout and '"max_queued_per_consumer": null' in ok.stdout  # defaults shown
     bad = tmp_path / "bad.toml"
     bad.write_text(UPSTREAM + ADMISSION.replace("queue_depth = 8\n", ""))
-    failed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(bad)],
+    failed = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(bad)],
                             capture_output=True, text=True, check=False)
     assert failed.returncode == 2
     assert "upstreams.a.admission.queue_depth" in failed.stderr
     clash = tmp_path / "clash.toml"
     clash.write_text(DESIGN_EXAMPLE.replace('models = ["reasoning"]', 'models = ["reasoning"]\naliases = ["claude-*"]')
                      + 'aliases = ["claude-haiku-*"]\n')
-    clashed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(clash)],
+    clashed = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(clash)],
                              capture_output=True, text=True, check=False)
     assert clashed.returncode == 2
     assert "upstreams.reasoning.aliases" in clashed.stderr and "upstreams.qwen.aliases" in clashed.stderr
-    missing = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(tmp_path / "no")],
+    missing = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(tmp_path / "no")],
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "cannot read config file" in missing.stderr
 
@@ -198,7 +198,7 @@ def test_a_bad_reasoning_value_names_the_key(value: str, tmp_path: Path) -> None
         load_config_text(UPSTREAM + f"reasoning = {value}\n")
     path = tmp_path / "bad.toml"
     path.write_text(UPSTREAM + f"reasoning = {value}\n")
-    failed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+    failed = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(path)],
                             capture_output=True, text=True, check=False)  # fmt: skip
     assert failed.returncode == 2 and "upstreams.a.reasoning" in failed.stderr
 
@@ -207,7 +207,7 @@ def test_check_config_prints_each_upstreams_reasoning(tmp_path: Path) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text(DESIGN_EXAMPLE.replace('models = ["qwen2.5:3b-instruct"]',
                                            'models = ["qwen2.5:3b-instruct"]\nreasoning = false'))  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+    done = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(path)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)["upstreams"]

@@ -57,7 +57,7 @@ def test_mistakes_name_the_key(line: str, message: str) -> None:
 def test_check_config_prints_them(tmp_path: Path) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text(UPSTREAM + ADMISSION + URLS + 'affinity = "off"\nmax_ejection_percent = 34\n')
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+    done = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(path)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     shown = msgspec.json.decode(done.stdout)["upstreams"]["a"]["endpoints"]

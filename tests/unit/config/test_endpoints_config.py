@@ -121,13 +121,13 @@ def test_a_replica_belongs_to_one_upstream() -> None:
 def test_check_config_prints_the_endpoint_settings(tmp_path: Path) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text(UPSTREAM + ADMISSION + DNS)
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+    done = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(path)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     shown = msgspec.json.decode(done.stdout)["upstreams"]["a"]["endpoints"]
     assert shown == {"sequence_slots": 4, "max_in_flight": 4, "port": 8080, "scheme": "http", "refresh_seconds": 5.0,
                      "nameservers": [], "dns": HEADLESS, **HEALTH_DEFAULTS}  # fmt: skip
     path.write_text(UPSTREAM + ADMISSION + URLS.replace("max_in_flight = 4", "max_in_flight = 9"))
-    failed = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+    failed = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(path)],
                             capture_output=True, text=True, check=False)  # fmt: skip
     assert failed.returncode == 2 and "upstreams.a.endpoints.max_in_flight" in failed.stderr

@@ -58,7 +58,7 @@ def test_keys_named_like_secrets_are_masked_whatever_their_value() -> None:
 def test_check_config_masks_every_password(tmp_path: Path) -> None:
     path = tmp_path / "secret.toml"
     path.write_text(SECRET_CONFIG)
-    shown = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+    shown = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(path)],
                            capture_output=True, text=True, check=False)
     assert shown.returncode == 0, shown.stderr
     for secret in ("hunter2", "s3cret-otlp", "upstream-pass"):
