@@ -71,8 +71,8 @@ def _no_lease_watch() -> None:
 
 
 def _no_read_timeout() -> None:
-    """The bound on every upstream body read (an `asyncio.timeout` per read before issue 21,
-    one lazy timer per response since: `BodyReader`)."""
+    """The bound on every upstream body read (an `asyncio.timeout` per read at first,
+    one lazy timer per response now: `BodyReader`)."""
     from adapters.outbound.openai_compat.body_reader import BodyReader
 
     async def read(self: Any) -> bytes:
@@ -83,12 +83,12 @@ def _no_read_timeout() -> None:
 
 def _no_body_timeout() -> None:
     """An `asyncio.timeout` object around reading the request body."""
-    import adapters.inbound._shared.edge as edge
+    import adapters.inbound._shared.bodies as bodies
 
     async def read_body(request: Any, timeout: float | None) -> bytes:
         return await request.body()  # type: ignore[no-any-return]
 
-    edge.read_body = read_body
+    bodies.read_body = read_body
     import adapters.inbound.anthropic.controller as llm
     import adapters.inbound.openai.controller as v1
 
@@ -97,7 +97,7 @@ def _no_body_timeout() -> None:
 
 def _no_watch() -> None:
     """The hang-up watcher's timer (and task, for slow requests) per request."""
-    from adapters.inbound._shared.edge import Call
+    from adapters.inbound._shared.call import Call
 
     Call.watch = lambda self: None  # type: ignore[method-assign]
 
@@ -115,6 +115,7 @@ def _break_cycles() -> None:
     `_frames` keeps the finished item task, whose StopAsyncIteration's traceback holds
     `_frames`' own frame (and with it the request's objects)."""
     import adapters.inbound._shared.edge as edge
+    from adapters.inbound._shared.call import CALL_KEY
 
     call_middleware = edge.EdgeMiddleware.__call__
 
@@ -122,7 +123,7 @@ def _break_cycles() -> None:
         try:
             await call_middleware(self, scope, receive, send)
         finally:
-            call = scope.get("state", {}).pop(edge._KEY, None)
+            call = scope.get("state", {}).pop(CALL_KEY, None)
             if call is not None:
                 call._receive = call._task = call._watcher = None
                 call.body = None

@@ -1,5 +1,5 @@
-"""A minimal third inbound dialect, defined in the test tree (seed 4.1: "adding a third
-dialect requires no change here").
+"""A minimal third inbound dialect, defined in the test tree: adding a third
+dialect requires no change to the domain, ports, application or outbound code.
 
 Surface `plain`: `POST /plain/v1/generate` takes `{"model": ..., "prompt": ...}` and
 answers `{"text": ...}`; failures are `{"error": <kind>, "message": ...}` with the
@@ -21,8 +21,9 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router, post
 
+from adapters.inbound._shared.bodies import read_body
+from adapters.inbound._shared.call import call_of
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
-from adapters.inbound._shared.edge import call_of, read_body
 from adapters.inbound._shared.errors import retry_after_headers
 from domain.canonical import ChatRequest, Message, TextPart
 from domain.errors import GatewayError, InvalidRequest

@@ -11,8 +11,10 @@ import pytest
 from litestar import Litestar, Request, Response, post
 from tests.support import asgi
 
+from adapters.inbound._shared.bodies import read_body
+from adapters.inbound._shared.call import call_of
 from adapters.inbound._shared.dialect import EdgeContext, dialect_router
-from adapters.inbound._shared.edge import EdgeMiddleware, call_of, read_body
+from adapters.inbound._shared.edge import EdgeMiddleware
 from adapters.inbound._shared.errors import ErrorRenderer
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.anthropic.errors import AnthropicErrors

@@ -22,7 +22,7 @@ from litestar.enums import HttpMethod
 from litestar.handlers import HTTPRouteHandler
 
 from adapters.inbound._shared.auth import Authenticator, identify
-from adapters.inbound._shared.edge import call_of
+from adapters.inbound._shared.call import call_of
 from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
 from application.chat import ChatService

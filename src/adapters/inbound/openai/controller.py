@@ -16,8 +16,9 @@ from typing import Any
 from litestar import Request, Response, Router, get, post
 from litestar.handlers import HTTPRouteHandler
 
+from adapters.inbound._shared.bodies import read_body, stream_response
+from adapters.inbound._shared.call import Call, call_of
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
-from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
 from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.limits import InputLimits
