@@ -13,8 +13,9 @@ from openai.types.chat import ChatCompletion
 
 from adapters.inbound._shared.errors import InternalError
 from adapters.inbound._shared.limits import InputLimits
+from adapters.inbound.openai.answers import encode_models, encode_response
 from adapters.inbound.openai.errors import renderer
-from adapters.inbound.openai.mapping import decode_request, encode_models, encode_response
+from adapters.inbound.openai.mapping import decode_request
 from adapters.outbound.openai_compat.request_body import encode_chat
 from domain.canonical import (
     ChatResponse,

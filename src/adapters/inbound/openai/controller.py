@@ -26,6 +26,7 @@ from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, re
 from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
 from adapters.inbound.openai import completions_schema as cw
 from adapters.inbound.openai import schema as wire
+from adapters.inbound.openai.answers import encode_models, response_body
 from adapters.inbound.openai.completions_mapping import (
     completion_body,
     decode_completion,
@@ -33,7 +34,7 @@ from adapters.inbound.openai.completions_mapping import (
     embeddings_body,
 )
 from adapters.inbound.openai.errors import renderer
-from adapters.inbound.openai.mapping import decode_request, encode_models, response_body
+from adapters.inbound.openai.mapping import decode_request
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
 from adapters.inbound.openai.text_stream import TextChunkWriter
 from application.completions import CompletionService, EmbeddingService
