@@ -13,7 +13,7 @@ from config.admission import SharedAdmissionConfig, check_redis
 from config.auth import AuthConfig
 from config.observability import OpsConfig, TelemetryConfig
 from config.section import ConfigError, Section
-from config.server import ServerConfig
+from config.server import ServerConfig, problem_base_url
 from config.upstreams import UpstreamConfig, check_upstreams
 from redaction import redacted
 
@@ -53,6 +53,7 @@ def _check(config: Config) -> None:
     main = parse_listen(config.server.listen)
     if parse_ops_listen(config) == main:
         raise ConfigError(f"ops.listen must differ from server.listen ('{config.ops.listen}' is both)")
+    config.server.problem_base_url = problem_base_url(config.server.problem_base_url)
     check_upstreams(config.upstreams)
     check_redis(config.admission)
     if config.admission.backend == "memory" and config.server.workers > 1:

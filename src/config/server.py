@@ -1,12 +1,17 @@
-"""`[server]`: the public listener, its input limits, its streams and its client connections."""
+"""`[server]`: the public listener, its input limits, its streams, its client connections and the
+base of its problem documents' `type` URIs."""
 
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
-from config.section import NonNegativeInt, PositiveFloat, PositiveInt, Section
+from config.section import ConfigError, NonNegativeInt, PositiveFloat, PositiveInt, Section
+from redaction import masked_url
+
+DEFAULT_PROBLEM_BASE_URL = "https://api.riotpiao.com/problems/"
 
 
 class ServerConfig(Section):
@@ -44,3 +49,27 @@ class ServerConfig(Section):
     # New requests started per turn of the event loop; a burst's others wait for the next
     # turns, in order, so the streams in flight keep their pace (adapters/inbound/_shared/arrivals.py).
     starts_per_loop_turn: NonNegativeInt = 8
+    # The base of the RFC 9457 problem documents' `type` URIs (`/v1` failures): the failure's
+    # kind is appended to it (`problem_base_url` checks it and gives it its trailing '/').
+    problem_base_url: str = DEFAULT_PROBLEM_BASE_URL
+
+
+def problem_base_url(url: str, key: str = "server.problem_base_url") -> str:
+    """`url` as the base of the problem `type` URIs: an absolute http(s) URL, ending in '/' (a
+    missing one is added: each problem's kind is appended to it)."""
+    if not _absolute_http_url(url):
+        raise ConfigError(f"{key} must be an absolute http(s) URL without user, query or fragment, such as "
+                          f"'https://example.com/problems/', got '{masked_url(url)}'")
+    return url if url.endswith("/") else url + "/"
+
+
+def _absolute_http_url(url: str) -> bool:
+    """`http(s)://host[:port][/path]`: printable ASCII without spaces; no user, query or fragment."""
+    if not all("!" <= c <= "~" for c in url) or "?" in url or "#" in url:
+        return False
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port that is not a number in 0..65535 raises ValueError
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc

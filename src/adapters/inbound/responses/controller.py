@@ -29,7 +29,7 @@ from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
 from adapters.inbound._shared.sse import comment_frame
 from adapters.inbound.responses import objects as o
 from adapters.inbound.responses import schema as w
-from adapters.inbound.responses.errors import renderer
+from adapters.inbound.responses.errors import ResponsesErrors
 from adapters.inbound.responses.mapping import SURFACE, decode_request, encode_response
 from adapters.inbound.responses.stream import ResponseStream
 from domain.canonical import ChunkBatch, QueuePosition, StreamError
@@ -81,7 +81,8 @@ def router(context: EdgeContext) -> Router:
         headers = rate_limit_header_map(record.rate) if record.rate is not None else None
         return json_answer(encode_response(answer, decoded), headers)
 
-    return dialect_router("/v1", SURFACE, [create_response], renderer, context, unknown_paths=False)
+    errors = ResponsesErrors(context.problem_base_url)
+    return dialect_router("/v1", SURFACE, [create_response], errors, context, unknown_paths=False)
 
 
 async def _frames(
