@@ -4,8 +4,8 @@
     BENCH_GATEWAY_PYTHON=bench/whatif.py WHATIF=no-guard-copy,gc-threshold \\
         .venv/bin/python bench/cpu_cost.py --target ours --scenario v1-stream --callgrind
 
-Issue 21's profile used this to put a figure on each proposed change before anyone writes
-it: each name below removes (or stubs out) one per-request cost at import time, so
+The CPU profile of the request path used this to put a figure on each proposed change before
+anyone wrote it: each name below removes (or stubs out) one per-request cost at import time, so
 `cpu_cost.py --callgrind` can count the instructions that cost takes. A patched gateway is
 NOT a correct gateway (a removed timeout no longer times out, a removed trace hook no longer
 detects a reused connection): never serve with it, never read anything but its cost. Some
