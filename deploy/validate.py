@@ -37,7 +37,7 @@ K8S = ROOT / "deploy" / "k8s"
 PREDICTORS = K8S / "predictors"  # the headless Services of [endpoints] dns (not a gateway kustomization)
 KSERVE_LABEL = "serving.kserve.io/inferenceservice"  # KServe's label on every predictor pod
 CONTAINERFILE = ROOT / "deploy" / "Containerfile"
-if str(ROOT / "src") not in sys.path:  # check this checkout's config package, not an installed copy
+if str(ROOT / "src") not in sys.path:  # check this checkout's config.py, not an installed copy
     sys.path.insert(0, str(ROOT / "src"))
 
 from adapters.outbound.keys_file import KeysFileError, parse_keys  # noqa: E402

@@ -1,5 +1,5 @@
-"""A minimal third inbound dialect, defined in the test tree: adding a third
-dialect requires no change to the domain, ports, application or outbound code.
+"""A minimal third inbound dialect, defined in the test tree (the design's promise: "adding a third
+dialect requires no change here").
 
 Surface `plain`: `POST /plain/v1/generate` takes `{"model": ..., "prompt": ...}` and
 answers `{"text": ...}`; failures are `{"error": <kind>, "message": ...}` with the
