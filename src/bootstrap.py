@@ -90,7 +90,7 @@ class Container(containers.DeclarativeContainer):
             service=service, observer=observer, max_body_bytes=c.server.max_body_bytes,
             ping_interval_seconds=c.server.ping_interval_seconds, limits=http_app.input_limits(c, router),
             options={"queue_events": c.server.queue_events}, credentials=credentials,
-            completions=completions, embeddings=embeddings,
+            completions=completions, embeddings=embeddings, problem_base_url=c.server.problem_base_url,
         ),
         config, router, service, observer, credentials, completions, embeddings,
     )

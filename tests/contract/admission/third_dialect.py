@@ -21,8 +21,9 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, Router, post
 
+from adapters.inbound._shared.bodies import read_body
+from adapters.inbound._shared.call import call_of
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
-from adapters.inbound._shared.edge import call_of, read_body
 from adapters.inbound._shared.errors import retry_after_headers
 from domain.canonical import ChatRequest, Message, TextPart
 from domain.errors import GatewayError, InvalidRequest

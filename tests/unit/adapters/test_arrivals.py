@@ -14,7 +14,8 @@ import uvloop
 
 import bootstrap
 from adapters.inbound._shared.arrivals import ArrivalPacer
-from adapters.inbound._shared.edge import EdgeMiddleware, note_hang_up
+from adapters.inbound._shared.call import note_hang_up
+from adapters.inbound._shared.edge import EdgeMiddleware
 from config import load_config_text
 
 CONFIG = '[upstreams.local]\nurl = "http://127.0.0.1:9"\nmodels = ["m"]\n'

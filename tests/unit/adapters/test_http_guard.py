@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from adapters.inbound._shared.edge import BODY_RECEIVED, HANG_UP_NOTICE, EdgeMiddleware
+from adapters.inbound._shared.call import BODY_RECEIVED, HANG_UP_NOTICE
+from adapters.inbound._shared.edge import EdgeMiddleware
 from adapters.inbound._shared.http_guard import guarded_protocol
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"

@@ -11,13 +11,15 @@ import pytest
 from litestar import Litestar, Request, Response, post
 from tests.support import asgi
 
+from adapters.inbound._shared.bodies import read_body
+from adapters.inbound._shared.call import call_of
 from adapters.inbound._shared.dialect import EdgeContext, dialect_router
-from adapters.inbound._shared.edge import EdgeMiddleware, call_of, read_body
+from adapters.inbound._shared.edge import EdgeMiddleware
 from adapters.inbound._shared.errors import ErrorRenderer
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.anthropic.errors import AnthropicErrors
 from adapters.inbound.anthropic.mapping import decode_count_tokens, decode_messages
-from adapters.inbound.openai.errors import renderer
+from adapters.inbound.openai.errors import ProblemRenderer
 from adapters.inbound.openai.mapping import decode_request
 from config import ConfigError, load_config_text
 from domain.errors import GatewayError, InvalidRequest, PayloadTooLarge, RequestTimeout
@@ -118,7 +120,7 @@ class Observer:
 Work = Callable[[Request[Any, Any, Any]], Awaitable[Response[bytes]]]
 
 
-def edge_app(work: Work, errors: ErrorRenderer = renderer, max_header_bytes: int = 0) -> EdgeMiddleware:
+def edge_app(work: Work, errors: ErrorRenderer = ProblemRenderer(), max_header_bytes: int = 0) -> EdgeMiddleware:
     """One route, `POST /s/r`, on a dialect Router with the shared edge (10-byte bodies)."""
 
     @post("/r", status_code=200)
@@ -178,7 +180,7 @@ async def test_a_body_in_pieces_within_the_time_and_size() -> None:
     assert (await send_parts(edge_app(echo_body), too_long, []))[0]["status"] == 413
 
 
-@pytest.mark.parametrize(("errors", "expected"), [(renderer, b"application/problem+json"),
+@pytest.mark.parametrize(("errors", "expected"), [(ProblemRenderer(), b"application/problem+json"),
                                                   (AnthropicErrors(), b"application/json")])
 async def test_large_headers_are_a_431_in_the_surface_shape(errors: Any, expected: bytes) -> None:
     async def work(request: Request[Any, Any, Any]) -> Response[bytes]:

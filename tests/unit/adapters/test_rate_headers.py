@@ -77,7 +77,7 @@ def test_rfc3339_is_the_whole_utc_second(epoch: float) -> None:
 
 def test_429_in_each_surface_shape_with_retry_after_and_the_headers() -> None:
     error = RateLimited(LimitKind.TOKENS_PER_MINUTE, 7, SNAPSHOT)
-    status, body, media, headers = openai_errors.renderer.render(error, "rid")
+    status, body, media, headers = openai_errors.ProblemRenderer().render(error, "rid")
     assert status == 429 and media == b"application/problem+json"
     assert b'"code":"rate_limit_exceeded"' in body and b'"type":"tokens"' in body
     assert (b"retry-after", b"7") in headers and (b"x-ratelimit-remaining-tokens", b"150000") in headers

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from adapters.inbound._shared.edge import Call
+from adapters.inbound._shared.call import Call
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound.anthropic.mapping import decode_count_tokens, decode_messages
 from adapters.inbound.openai.mapping import decode_request

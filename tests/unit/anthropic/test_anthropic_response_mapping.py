@@ -7,14 +7,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from adapters.inbound.anthropic.errors import AnthropicErrors, error_frame, error_type
-from adapters.inbound.anthropic.mapping import (
+from adapters.inbound.anthropic.answers import (
     encode_message,
     encode_models,
     encode_token_count,
     message_id,
     tool_use_id,
 )
+from adapters.inbound.anthropic.errors import AnthropicErrors, error_frame, error_type
 from domain.canonical import ChatResponse, FinishReason, Part, TextPart, ThinkingPart, ToolUsePart, Usage
 from domain.errors import (
     Draining,

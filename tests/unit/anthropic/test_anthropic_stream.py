@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.anthropic_grammar import Event, GrammarError, check_anthropic_stream
 
-from adapters.inbound.anthropic.stream import NO_FINISH, AnthropicStream, Phase, queue_frame
+from adapters.inbound.anthropic.frames import queue_frame
+from adapters.inbound.anthropic.stream import NO_FINISH, AnthropicStream, Phase
 from adapters.inbound.anthropic.tool_arguments import tool_input
 from domain.canonical import (
     Finish,

@@ -9,9 +9,11 @@ import msgspec
 from openai.types.chat import ChatCompletion
 from tests.support.anthropic_grammar import check_anthropic_stream
 
-from adapters.inbound.anthropic.mapping import decode_messages, encode_message
+from adapters.inbound.anthropic.answers import encode_message
+from adapters.inbound.anthropic.mapping import decode_messages
 from adapters.inbound.anthropic.stream import AnthropicStream
-from adapters.inbound.openai.mapping import decode_request, encode_response
+from adapters.inbound.openai.answers import encode_response
+from adapters.inbound.openai.mapping import decode_request
 from adapters.inbound.openai.stream import ChunkWriter
 from adapters.outbound.openai_compat.chat_response import response_from_completion
 from adapters.outbound.openai_compat.request_body import encode_chat

@@ -7,15 +7,15 @@ from __future__ import annotations
 import msgspec
 
 from adapters.inbound.anthropic.errors import AnthropicErrors
-from adapters.inbound.openai.errors import renderer as openai_errors
-from adapters.inbound.responses.errors import renderer as responses_errors
+from adapters.inbound.openai.errors import ProblemRenderer
+from adapters.inbound.responses.errors import ResponsesErrors
 from domain.errors import TooManySequences
 
 ERROR = TooManySequences(sequences=8, limit=6)
 
 
 def test_v1_and_responses_render_a_problem_400_with_an_openai_error() -> None:
-    for errors in (openai_errors, responses_errors):
+    for errors in (ProblemRenderer(), ResponsesErrors()):
         status, body, content_type, _ = errors.render(ERROR, "rid")
         problem = msgspec.json.decode(body)
         assert (status, content_type) == (400, b"application/problem+json")

@@ -13,8 +13,9 @@ from openai.types.chat import ChatCompletion
 
 from adapters.inbound._shared.errors import InternalError
 from adapters.inbound._shared.limits import InputLimits
-from adapters.inbound.openai.errors import renderer
-from adapters.inbound.openai.mapping import decode_request, encode_models, encode_response
+from adapters.inbound.openai.answers import encode_models, encode_response
+from adapters.inbound.openai.errors import ProblemRenderer
+from adapters.inbound.openai.mapping import decode_request
 from adapters.outbound.openai_compat.request_body import encode_chat
 from domain.canonical import (
     ChatResponse,
@@ -313,7 +314,7 @@ CLIENT, SERVER = "invalid_request_error", "server_error"
 def test_problem_documents(
     error: GatewayError, status: int, kind: str, error_type: str, retry_after: bytes | None
 ) -> None:
-    code, body, content_type, headers = renderer.render(error, "req-1")
+    code, body, content_type, headers = ProblemRenderer().render(error, "req-1")
     doc = dec(body)
     assert code == status and content_type == b"application/problem+json"
     assert doc["type"] == f"https://api.riotpiao.com/problems/{kind}"
@@ -327,7 +328,7 @@ def test_problem_documents(
 def test_context_length_carries_openais_code_and_param() -> None:
     text = "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (...)"
     error = ContextLengthExceeded(text, prompt_tokens=8000, max_tokens=1000, limit=8192)
-    code, body, _, _ = renderer.render(error, "req-1")
+    code, body, _, _ = ProblemRenderer().render(error, "req-1")
     doc = dec(body)
     assert code == 400 and doc["status"] == 400
     assert doc["type"] == "https://api.riotpiao.com/problems/context-length-exceeded"
@@ -335,12 +336,12 @@ def test_context_length_carries_openais_code_and_param() -> None:
 
 
 def test_internal_error_reveals_nothing() -> None:
-    doc = dec(renderer.render(InternalError(), "r")[1])
+    doc = dec(ProblemRenderer().render(InternalError(), "r")[1])
     assert "Traceback" not in doc["detail"] and "request id" in doc["detail"]
 
 
 def test_stream_error_frame_then_done() -> None:
-    frame = renderer.stream_error(UpstreamError("reset"), "r")
+    frame = ProblemRenderer().stream_error(UpstreamError("reset"), "r")
     first, second, rest = frame.split(b"\n\n")
     error = {"message": "reset", "type": "server_error", "param": None, "code": "upstream-error"}
     assert dec(first.removeprefix(b"data: ")) == {"error": error}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from adapters.inbound._shared.edge import Call
+from adapters.inbound._shared.call import Call
 from domain.consumers import DIGEST_PREFIX, Identity, key_id
 from domain.errors import InvalidApiKey
 from ports.consumers import CredentialStore

@@ -22,9 +22,10 @@ from litestar.enums import HttpMethod
 from litestar.handlers import HTTPRouteHandler
 
 from adapters.inbound._shared.auth import Authenticator, identify
-from adapters.inbound._shared.edge import call_of
+from adapters.inbound._shared.call import call_of
 from adapters.inbound._shared.errors import ErrorRenderer, exception_handler
 from adapters.inbound._shared.limits import InputLimits
+from adapters.inbound._shared.problem import DEFAULT_PROBLEM_BASE
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
 from domain.errors import HeadersTooLarge, MethodNotAllowed, NotFound
@@ -48,6 +49,8 @@ class EdgeContext:
     # paths); a dialect built without them (tests, a third dialect) does not serve them.
     completions: CompletionService | None = None
     embeddings: EmbeddingService | None = None
+    # `[server] problem_base_url`: the base of the `/v1` problem documents' `type` URIs, ending in '/'.
+    problem_base_url: str = DEFAULT_PROBLEM_BASE
 
 
 DialectRouter = Callable[[EdgeContext], Router]

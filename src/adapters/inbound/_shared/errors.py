@@ -16,7 +16,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
-from adapters.inbound._shared.edge import call_of
+from adapters.inbound._shared.call import call_of
 from adapters.inbound._shared.limits import deep_json
 from domain.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, PayloadTooLarge
 

@@ -53,7 +53,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from adapters.inbound._shared.edge import BODY_RECEIVED, HANG_UP_NOTICE, note_hang_up, note_stalled
+from adapters.inbound._shared.call import BODY_RECEIVED, HANG_UP_NOTICE, note_hang_up, note_stalled
 
 log = logging.getLogger("gateway.edge")
 PROGRESS = 64 * 1024  # bytes a paused writer's client must take in per write timeout

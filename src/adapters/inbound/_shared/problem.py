@@ -8,6 +8,9 @@ are OpenAI SDKs: they read `body["error"]` for `.message`, `.type`, `.param` and
 `render_problem`, so a full queue, a consumer over its limit, a refused key or a
 context-length refusal look the same on every `/v1` path; only the terminal frame of a
 failed stream is the dialect's own.
+
+A problem's `type` is a URI: the failure's kind appended to the base the operator
+configured (`[server] problem_base_url`, handed to the dialects in `EdgeContext`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from adapters.inbound._shared.ratelimit_headers import rate_limit_headers
 from domain.consumers import LimitKind
 from domain.errors import ContextLengthExceeded, GatewayError, InvalidApiKey, RateLimited
 
-PROBLEM_BASE = "https://api.riotpiao.com/problems/"
+DEFAULT_PROBLEM_BASE = "https://api.riotpiao.com/problems/"  # `[server] problem_base_url`'s default
 PROBLEM_JSON = b"application/problem+json"
 
 
@@ -69,9 +72,10 @@ def error_info(error: GatewayError) -> ErrorInfo:
     return ErrorInfo(message=error.message, type=kind, param=param, code=code)
 
 
-def problem(error: GatewayError, request_id: str) -> Problem:
+def problem(error: GatewayError, request_id: str, base: str = DEFAULT_PROBLEM_BASE) -> Problem:
+    """The problem document of a failure; its `type` is `base` (ending in '/') + its kind."""
     return Problem(
-        type=PROBLEM_BASE + error.kind,
+        type=base + error.kind,
         title=error.title,
         status=error.status,
         detail=error.message,
@@ -80,10 +84,12 @@ def problem(error: GatewayError, request_id: str) -> Problem:
     )
 
 
-def render_problem(error: GatewayError, request_id: str) -> tuple[int, bytes, bytes, Headers]:
+def render_problem(
+    error: GatewayError, request_id: str, base: str = DEFAULT_PROBLEM_BASE
+) -> tuple[int, bytes, bytes, Headers]:
     """(status, body, content type, extra headers): `Retry-After` on a 503 or 429, and a
-    429's `x-ratelimit-*` headers."""
+    429's `x-ratelimit-*` headers. `base`: of the problem's `type` URI (`problem`)."""
     headers = retry_after_headers(error)
     if isinstance(error, RateLimited):
         headers += rate_limit_headers(error.snapshot)
-    return error.status, _encode(problem(error, request_id)), PROBLEM_JSON, headers
+    return error.status, _encode(problem(error, request_id, base)), PROBLEM_JSON, headers

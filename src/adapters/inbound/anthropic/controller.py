@@ -14,23 +14,19 @@ from typing import Any
 
 from litestar import Request, Response, Router, get, post
 
+from adapters.inbound._shared.bodies import read_body, stream_response
+from adapters.inbound._shared.call import Call, call_of
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
-from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import stream_failure
 from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
 from adapters.inbound.anthropic import schema as wire
+from adapters.inbound.anthropic.answers import encode_message, encode_models, encode_token_count
 from adapters.inbound.anthropic.errors import AnthropicErrors
-from adapters.inbound.anthropic.mapping import (
-    SURFACE,
-    decode_count_tokens,
-    decode_messages,
-    encode_message,
-    encode_models,
-    encode_token_count,
-)
+from adapters.inbound.anthropic.frames import KEEP_ALIVE, PING, queue_comment, queue_frame
+from adapters.inbound.anthropic.mapping import SURFACE, decode_count_tokens, decode_messages
 from adapters.inbound.anthropic.rate_headers import rate_limit_header_map
-from adapters.inbound.anthropic.stream import KEEP_ALIVE, PING, AnthropicStream, queue_comment, queue_frame
+from adapters.inbound.anthropic.stream import AnthropicStream
 from domain.canonical import QueuePosition, StreamError
 from domain.errors import GatewayError, InvalidRequest, NotSupported
 

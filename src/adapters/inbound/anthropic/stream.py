@@ -11,8 +11,7 @@ then sent whole if its arguments are a JSON object (`tool_arguments`); else the 
 with the 502 a non-streamed answer gets, or, cut off by `max_tokens`, the call is left out
 as there. Sent as they came, a client would accumulate `input=5`, or fail on its own parse.
 
-Hot-path frames (deltas, block stops) are built from per-block byte prefixes plus
-the JSON-encoded fragment; constant frames are encoded once at import.
+The frames themselves, as bytes, are `frames`.
 """
 
 from __future__ import annotations
@@ -22,9 +21,23 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from adapters.inbound._shared.sse import comment_frame, event_frame
+from adapters.inbound.anthropic.answers import message_id, stop_reason, tool_use_id
 from adapters.inbound.anthropic.errors import error_frame
-from adapters.inbound.anthropic.mapping import message_id, stop_reason, tool_use_id, usage_out
+from adapters.inbound.anthropic.frames import (
+    DELTA,
+    END_DELTA,
+    MESSAGE_STOP,
+    SIGNATURE,
+    START,
+    STOP,
+    TEXT_BLOCK,
+    TEXT_DELTA,
+    THINKING_BLOCK,
+    THINKING_DELTA,
+    message_delta,
+    message_start,
+    tool_use_block,
+)
 from adapters.inbound.anthropic.schema import ENCODER
 from adapters.inbound.anthropic.tool_arguments import NOT_AN_OBJECT, object_arguments
 from domain.canonical import (
@@ -42,30 +55,9 @@ from domain.canonical import (
 )
 from domain.errors import UpstreamProtocolError
 
-PING = event_frame(b"ping", b'{"type":"ping"}')
-KEEP_ALIVE = comment_frame()
-MESSAGE_STOP = event_frame(b"message_stop", b'{"type":"message_stop"}')
 NO_FINISH = "The upstream ended the stream without a finish reason."
 
 _encode = ENCODER.encode
-_START = b'event: content_block_start\ndata: {"type":"content_block_start","index":%d,"content_block":'
-_STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%d}\n\n'
-_DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,"delta":{"type":'
-_SIGNATURE = _DELTA + b'"signature_delta","signature":""}}\n\n'
-_INPUT = _DELTA + b'"input_json_delta","partial_json":'
-_END_DELTA = b"}}\n\n"
-_THINKING_BLOCK = b'{"type":"thinking","thinking":"","signature":""}}\n\n'
-_TEXT_BLOCK = b'{"type":"text","text":""}}\n\n'
-
-
-def queue_frame(position: int, queued: int) -> bytes:
-    """The non-standard `event: queue` frame (seed 2.14), sent before `message_start` only."""
-    return b'event: queue\ndata: {"type":"queue","position":%d,"queued":%d}\n\n' % (position, queued)
-
-
-def queue_comment(position: int, queued: int) -> bytes:
-    """The same news as an SSE comment, which every parser ignores (queue events turned off)."""
-    return b": queued position=%d queued=%d\n\n" % (position, queued)
 
 
 class Phase(enum.Enum):
@@ -83,10 +75,7 @@ class Phase(enum.Enum):
 _TEXT, _DONE, _FAILED = Phase.TEXT, Phase.DONE, Phase.FAILED
 _BLOCK_OPEN = frozenset({Phase.THINKING, Phase.TEXT, Phase.TOOL_USE})
 _IN_MESSAGE = _BLOCK_OPEN | {Phase.MESSAGE_OPEN, Phase.FINISHED}
-_DELTA_KIND = {
-    Phase.THINKING: b'"thinking_delta","thinking":',
-    Phase.TEXT: b'"text_delta","text":',
-}
+_DELTA_KIND = {Phase.THINKING: THINKING_DELTA, Phase.TEXT: TEXT_DELTA}
 
 
 class AnthropicStream:
@@ -96,20 +85,8 @@ class AnthropicStream:
     a fragment for a call that is no longer the one being collected is dropped.
     """
 
-    __slots__ = (
-        "_args",
-        "_call",
-        "_called_tools",
-        "_delta",
-        "_id",
-        "_index",
-        "_model",
-        "_reason",
-        "_stop_sequence",
-        "_usage",
-        "failure",
-        "phase",
-    )
+    __slots__ = ("_args", "_call", "_called_tools", "_delta", "_id", "_index", "_model", "_reason", "_stop_sequence",
+                 "_usage", "failure", "phase")  # fmt: skip
 
     def __init__(self, model: str) -> None:
         self.phase = Phase.IDLE
@@ -173,7 +150,7 @@ class AnthropicStream:
             kind = type(event)
             if kind is TextDelta and self.phase is _TEXT:  # the usual event: a text block is open
                 if event.text:  # type: ignore[union-attr]
-                    out.append(b"".join((self._delta, _encode(event.text), _END_DELTA)))  # type: ignore[union-attr]
+                    out.append(b"".join((self._delta, _encode(event.text), END_DELTA)))  # type: ignore[union-attr]
             else:
                 _HANDLERS[kind](self, event, out)
         return out
@@ -186,13 +163,7 @@ class AnthropicStream:
         if self._reason is None:
             self._on_error(StreamError(kind="upstream-protocol-error", message=NO_FINISH, status=502), out)
             return out
-        usage = self._usage
-        delta = {
-            "type": "message_delta",
-            "delta": {"stop_reason": self._reason, "stop_sequence": self._stop_sequence},
-            "usage": usage_out(usage),
-        }
-        out.append(event_frame(b"message_delta", _encode(delta)))
+        out.append(message_delta(self._reason, self._stop_sequence, self._usage))
         out.append(MESSAGE_STOP)
         self.phase = Phase.DONE
         return out
@@ -205,23 +176,23 @@ class AnthropicStream:
 
     def _on_text(self, event: TextDelta, out: list[bytes]) -> None:
         if event.text and self._writable():
-            if self.phase is not Phase.TEXT and not self._open(Phase.TEXT, _TEXT_BLOCK, out):
+            if self.phase is not Phase.TEXT and not self._open(Phase.TEXT, TEXT_BLOCK, out):
                 return
-            out.append(self._delta + _encode(event.text) + _END_DELTA)
+            out.append(self._delta + _encode(event.text) + END_DELTA)
 
     def _on_text_run(self, event: TextRun, out: list[bytes]) -> None:
         """`_on_text` for each of the run's texts (none is empty), the block opened once."""
         if self._writable():
-            if self.phase is not Phase.TEXT and not self._open(Phase.TEXT, _TEXT_BLOCK, out):
+            if self.phase is not Phase.TEXT and not self._open(Phase.TEXT, TEXT_BLOCK, out):
                 return
             head = self._delta
-            out += [b"".join((head, _encode(text), _END_DELTA)) for text in event.texts]
+            out += [b"".join((head, _encode(text), END_DELTA)) for text in event.texts]
 
     def _on_thinking(self, event: ThinkingDelta, out: list[bytes]) -> None:
         if event.text and self._writable():
-            if self.phase is not Phase.THINKING and not self._open(Phase.THINKING, _THINKING_BLOCK, out):
+            if self.phase is not Phase.THINKING and not self._open(Phase.THINKING, THINKING_BLOCK, out):
                 return
-            out.append(self._delta + _encode(event.text) + _END_DELTA)
+            out.append(self._delta + _encode(event.text) + END_DELTA)
 
     def _on_tool_start(self, event: ToolCallStart, out: list[bytes]) -> None:
         """Collect the call; its block is sent when it is complete (`_settle_call`)."""
@@ -268,20 +239,7 @@ class AnthropicStream:
 
     def _start_message(self, msg_id: str | None, out: list[bytes]) -> None:
         self._id = msg_id or "msg_" + uuid.uuid4().hex
-        message = {
-            "type": "message_start",
-            "message": {
-                "id": self._id,
-                "type": "message",
-                "role": "assistant",
-                "model": self._model,
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": usage_out(self._usage, output_tokens=0),
-            },
-        }
-        out.append(event_frame(b"message_start", _encode(message)))
+        out.append(message_start(self._id, self._model, self._usage))
         self.phase = Phase.MESSAGE_OPEN
 
     def _open(self, phase: Phase, block: bytes, out: list[bytes]) -> bool:
@@ -293,8 +251,8 @@ class AnthropicStream:
             if self.phase is _FAILED:
                 return False
         self._index += 1
-        out.append(_START % self._index + block)
-        self._delta = _DELTA % self._index + _DELTA_KIND[phase]
+        out.append(START % self._index + block)
+        self._delta = DELTA % self._index + _DELTA_KIND[phase]
         self.phase = phase
         return True
 
@@ -305,8 +263,8 @@ class AnthropicStream:
             self._settle_call(out, cut)
         elif phase in _BLOCK_OPEN:
             if phase is Phase.THINKING:
-                out.append(_SIGNATURE % self._index)  # the real API signs just before the stop
-            out.append(_STOP % self._index)
+                out.append(SIGNATURE % self._index)  # the real API signs just before the stop
+            out.append(STOP % self._index)
             self.phase = Phase.MESSAGE_OPEN
 
     def _settle_call(self, out: list[bytes], cut: bool) -> None:
@@ -324,11 +282,7 @@ class AnthropicStream:
                 self._on_error(StreamError(kind=error.kind, message=NOT_AN_OBJECT, status=error.status), out)
             return
         self._index += 1
-        block = {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": {}}
-        out.append(_START % self._index + _encode(block) + b"}\n\n")
-        if arguments:
-            out.append(_INPUT % self._index + _encode(arguments) + _END_DELTA)
-        out.append(_STOP % self._index)
+        out += tool_use_block(self._index, tool_use_id(call.id), call.name, arguments)
         self._called_tools = True
 
 

@@ -1,7 +1,7 @@
 """A tool call's arguments as an Anthropic `tool_use.input`, which must be a JSON object.
 
 vLLM hands over `arguments` as a string, which need not be one (vLLM 0.32 answered a named
-`tool_choice` with `4120000000000.0`). A non-streamed answer (`mapping.encode_message`) and a
+`tool_choice` with `4120000000000.0`). A non-streamed answer (`answers.encode_message`) and a
 stream (`stream.AnthropicStream`, which holds a call until it is complete) decide with the
 same function, so a request gets one verdict: the call's input, or the 502 below.
 """

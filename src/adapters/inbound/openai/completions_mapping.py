@@ -19,7 +19,8 @@ import msgspec
 from adapters.inbound._shared.limits import InputLimits, check_choices, check_model, deep_json, too_many_tokens
 from adapters.inbound._shared.sampling_params import decode_sampling
 from adapters.inbound.openai import completions_schema as w
-from adapters.inbound.openai.mapping import FINISH_REASONS, invalid, renamed, usage_out
+from adapters.inbound.openai.answers import FINISH_REASONS, renamed, usage_out
+from adapters.inbound.openai.mapping import invalid
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import InvalidRequest
 

@@ -16,23 +16,25 @@ from typing import Any
 from litestar import Request, Response, Router, get, post
 from litestar.handlers import HTTPRouteHandler
 
+from adapters.inbound._shared.bodies import read_body, stream_response
+from adapters.inbound._shared.call import Call, call_of
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
-from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
-from adapters.inbound._shared.errors import stream_failure
+from adapters.inbound._shared.errors import ErrorRenderer, stream_failure
 from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
 from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
 from adapters.inbound.openai import completions_schema as cw
 from adapters.inbound.openai import schema as wire
+from adapters.inbound.openai.answers import encode_models, response_body
 from adapters.inbound.openai.completions_mapping import (
     completion_body,
     decode_completion,
     decode_embeddings,
     embeddings_body,
 )
-from adapters.inbound.openai.errors import renderer
-from adapters.inbound.openai.mapping import decode_request, encode_models, response_body
+from adapters.inbound.openai.errors import ProblemRenderer
+from adapters.inbound.openai.mapping import decode_request
 from adapters.inbound.openai.stream import NATIVE_FORMAT, ChunkWriter
 from adapters.inbound.openai.text_stream import TextChunkWriter
 from application.completions import CompletionService, EmbeddingService
@@ -51,6 +53,7 @@ TEXT_EVENT = sse_event("`data:` is a `text_completion` chunk (JSON), an `{\"erro
 def router(context: EdgeContext) -> Router:
     """The `/v1` Router (what bootstrap mounts)."""
     service, limits = context.service, context.limits
+    errors = ProblemRenderer(context.problem_base_url)
     models_body = encode_models(service.models(), int(time.time()))  # encoded once at startup
 
     @post(
@@ -70,7 +73,7 @@ def router(context: EdgeContext) -> Router:
             consumer = call.identity.consumer
             batches = service.stream(chat, record=call.record, consumer=consumer)  # fills model, upstream, ...
             writer = ChunkWriter(decoded.include_usage, chat.model, call.request_id)
-            frames = _frames(request, call, batches, writer)
+            frames = _frames(request, call, batches, writer, errors)
             return await stream_response(call, frames, rate_headers=rate_limit_header_map)
         return _complete(call, await service.complete(chat, call.record, call.identity.consumer), chat.model)
 
@@ -83,13 +86,15 @@ def router(context: EdgeContext) -> Router:
 
     handlers = [chat_completions, models]
     if context.completions is not None:
-        handlers.append(text_completions_handler(context.completions, limits))
+        handlers.append(text_completions_handler(context.completions, limits, errors))
     if context.embeddings is not None:
         handlers.append(embeddings_handler(context.embeddings, limits))
-    return dialect_router("/v1", SURFACE, handlers, renderer, context)
+    return dialect_router("/v1", SURFACE, handlers, errors, context)
 
 
-def text_completions_handler(service: CompletionService, limits: InputLimits) -> HTTPRouteHandler:
+def text_completions_handler(
+    service: CompletionService, limits: InputLimits, errors: ErrorRenderer
+) -> HTTPRouteHandler:
     @post(
         "/completions", status_code=200, summary="OpenAI text completion", operation_id="OpenAI_completion",
         dependencies=request_body(cw.CompletionRequest),
@@ -105,7 +110,7 @@ def text_completions_handler(service: CompletionService, limits: InputLimits) ->
         consumer = call.identity.consumer
         if text.stream:
             writer = TextChunkWriter(decoded.include_usage, text.model, call.request_id)
-            frames = _frames(request, call, service.stream(text, call.record, consumer), writer)
+            frames = _frames(request, call, service.stream(text, call.record, consumer), writer, errors)
             return await stream_response(call, frames, rate_headers=rate_limit_header_map)
         answer = await service.complete(text, call.record, consumer)
         call.stop_watching()
@@ -152,7 +157,8 @@ def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]
 
 
 async def _frames(
-    request: Request[Any, Any, Any], call: Call, batches: AsyncIterator[Any], writer: ChunkWriter | TextChunkWriter
+    request: Request[Any, Any, Any], call: Call, batches: AsyncIterator[Any], writer: ChunkWriter | TextChunkWriter,
+    errors: ErrorRenderer,
 ) -> AsyncIterator[bytes]:
     """The stream's frames: those of one upstream read (one batch) as one item.
 
@@ -195,7 +201,7 @@ async def _frames(
     except Exception as error:
         if held is None and not started:
             raise
-        failure = stream_failure(error, renderer, request)
+        failure = stream_failure(error, errors, request)
         yield failure if held is None else held + failure
     finally:
         await batches.aclose()  # type: ignore[attr-defined]

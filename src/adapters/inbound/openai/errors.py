@@ -8,12 +8,9 @@ raises as `APIError`.
 
 from __future__ import annotations
 
-from adapters.inbound._shared.problem import PROBLEM_BASE, PROBLEM_JSON, error_type, problem, render_problem
+from adapters.inbound._shared.problem import DEFAULT_PROBLEM_BASE, error_type, render_problem
 from adapters.inbound.openai import schema as w
 from domain.errors import GatewayError
-
-__all__ = ["DONE", "PROBLEM_BASE", "PROBLEM_JSON", "ProblemRenderer", "error_type", "problem", "renderer",
-           "stream_error_frame"]
 
 DONE = b"data: [DONE]\n\n"
 
@@ -25,17 +22,18 @@ def stream_error_frame(kind: str, message: str, status: int) -> bytes:
 
 
 class ProblemRenderer:
-    """The `/v1` `ErrorRenderer` of chat completions, text completions and embeddings."""
+    """The `/v1` `ErrorRenderer` of chat completions, text completions and embeddings; `base`:
+    of its problems' `type` URIs (`[server] problem_base_url`)."""
 
-    __slots__ = ()
+    __slots__ = ("base",)
+
+    def __init__(self, base: str = DEFAULT_PROBLEM_BASE) -> None:
+        self.base = base
 
     def render(
         self, error: GatewayError, request_id: str
     ) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
-        return render_problem(error, request_id)
+        return render_problem(error, request_id, self.base)
 
     def stream_error(self, error: GatewayError, request_id: str) -> bytes:
         return stream_error_frame(error.kind, error.message, error.status)
-
-
-renderer = ProblemRenderer()

@@ -14,8 +14,8 @@ import enum
 import time
 
 from adapters.inbound.openai import schema as w
+from adapters.inbound.openai.answers import finish_reason, renamed, usage_out
 from adapters.inbound.openai.errors import stream_error_frame
-from adapters.inbound.openai.mapping import finish_reason, renamed, usage_out
 from domain.canonical import (
     Finish,
     MessageStart,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 
 from adapters.inbound.openai import completions_schema as w
+from adapters.inbound.openai.answers import FINISH_REASONS, renamed, usage_out
 from adapters.inbound.openai.completions_mapping import COMPLETION_FORMAT
 from adapters.inbound.openai.errors import DONE, stream_error_frame
-from adapters.inbound.openai.mapping import FINISH_REASONS, renamed, usage_out
 from domain.canonical import Finish, MessageStart, StreamChunk, StreamError, TextDelta, Usage, UsageReport
 
 

@@ -14,6 +14,7 @@ from litestar import Litestar, Response, get
 
 from adapters.inbound.operations.health import health_handlers, metrics_handler
 from adapters.inbound.operations.status_page import render
+from adapters.inbound.operations.text_response import text_response
 from ports.status import StatusReport, StatusSource
 
 __all__ = ["health_handlers", "ops_app"]
@@ -28,9 +29,9 @@ def ops_app(
     """The ops listener's app; its state is the main app's (same process, same objects)."""
 
     @get("/status", include_in_schema=False)
-    async def status_page() -> Response[str]:
-        return Response(render(status.report()), media_type="text/html; charset=utf-8",
-                        headers={"cache-control": "no-store"})
+    async def status_page() -> Response[bytes]:
+        return text_response(render(status.report()).encode(), "text/html; charset=utf-8",
+                             headers={"cache-control": "no-store"})
 
     @get("/status.json", include_in_schema=False)
     async def status_json() -> Response[bytes]:

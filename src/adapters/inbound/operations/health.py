@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from litestar import Response, get
 from litestar.handlers import HTTPRouteHandler
 
+from adapters.inbound.operations.text_response import text_response
+
 _TEXT = "text/plain; charset=utf-8"
 
 
@@ -22,15 +24,15 @@ def health_handlers(
 
     @get("/healthz", include_in_schema=False)
     async def healthz() -> Response[bytes]:
-        return Response(b"ok\n", media_type=_TEXT)
+        return text_response(b"ok\n", _TEXT)
 
     @get("/readyz", include_in_schema=False)
     async def readyz() -> Response[bytes]:
         if ready():
             idle = without_replicas() if without_replicas is not None else ()
             lines = "".join(f"upstream {name}: no ready replica\n" for name in idle)
-            return Response(f"ready\n{lines}".encode(), media_type=_TEXT)
-        return Response(b"draining\n", status_code=503, media_type=_TEXT)
+            return text_response(f"ready\n{lines}".encode(), _TEXT)
+        return text_response(b"draining\n", _TEXT, status_code=503)
 
     return [healthz, readyz]
 
@@ -41,6 +43,6 @@ def metrics_handler(metrics: Callable[[], tuple[bytes, bytes]]) -> HTTPRouteHand
     @get("/metrics", include_in_schema=False)
     async def metrics_endpoint() -> Response[bytes]:
         content_type, body = metrics()
-        return Response(body, media_type=content_type.decode("latin-1"))
+        return text_response(body, content_type.decode("latin-1"))
 
     return metrics_endpoint

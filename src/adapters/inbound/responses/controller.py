@@ -18,8 +18,9 @@ from typing import Any
 
 from litestar import Request, Response, Router, post
 
+from adapters.inbound._shared.bodies import read_body, stream_response
+from adapters.inbound._shared.call import Call, call_of
 from adapters.inbound._shared.dialect import METERED, EdgeContext, dialect_router
-from adapters.inbound._shared.edge import Call, call_of, read_body, stream_response
 from adapters.inbound._shared.errors import as_gateway_error
 from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
@@ -28,7 +29,7 @@ from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
 from adapters.inbound._shared.sse import comment_frame
 from adapters.inbound.responses import objects as o
 from adapters.inbound.responses import schema as w
-from adapters.inbound.responses.errors import renderer
+from adapters.inbound.responses.errors import ResponsesErrors
 from adapters.inbound.responses.mapping import SURFACE, decode_request, encode_response
 from adapters.inbound.responses.stream import ResponseStream
 from domain.canonical import ChunkBatch, QueuePosition, StreamError
@@ -80,7 +81,8 @@ def router(context: EdgeContext) -> Router:
         headers = rate_limit_header_map(record.rate) if record.rate is not None else None
         return json_answer(encode_response(answer, decoded), headers)
 
-    return dialect_router("/v1", SURFACE, [create_response], renderer, context, unknown_paths=False)
+    errors = ResponsesErrors(context.problem_base_url)
+    return dialect_router("/v1", SURFACE, [create_response], errors, context, unknown_paths=False)
 
 
 async def _frames(
