@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINERFILE = ROOT / "deploy" / "Containerfile"
 KSERVE_LABEL = "serving.kserve.io/inferenceservice"  # KServe's label on every predictor pod
-if str(ROOT / "src") not in sys.path:  # check this checkout's config.py, not an installed copy
+if str(ROOT / "src") not in sys.path:  # check this checkout's config package, not an installed copy
     sys.path.insert(0, str(ROOT / "src"))
 
 from adapters.outbound.keys_file import KeysFileError, parse_keys  # noqa: E402
