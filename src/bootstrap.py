@@ -102,3 +102,7 @@ def build_app(config: Config, dialects: Sequence[DialectRouter] | None = None) -
     container = Container(config=config) if dialects is None else Container(config=config, dialects=list(dialects))
     app: EdgeMiddleware = container.app()
     return app
+
+
+if __name__ == "__main__":  # the command line is cli.py (`gateway`): say so rather than do nothing
+    raise SystemExit("bootstrap.py is the composition root, not a command: run `gateway` (python -m cli)")

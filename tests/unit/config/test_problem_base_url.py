@@ -80,7 +80,7 @@ def test_a_base_that_is_not_a_string_names_the_key() -> None:
 def test_check_config_shows_the_normalised_base(tmp_path: Path) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text('[server]\nproblem_base_url = "https://errors.example.com/p"\n' + UPSTREAM)
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "check-config", "--config", str(path)],
+    done = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(path)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["server"]["problem_base_url"] == "https://errors.example.com/p/"
