@@ -57,7 +57,8 @@ from adapters.inbound.anthropic.stream import AnthropicStream, queue_frame
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
-from domain.admission import AdmissionPolicy, SlotLedger
+from domain.admission.ledger import SlotLedger
+from domain.admission.policy import AdmissionPolicy
 from domain.canonical import (
     ChatRequest,
     ChatResponse,

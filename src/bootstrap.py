@@ -70,7 +70,7 @@ from config import (
     parse_listen,
     parse_ops_listen,
 )
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.load_reports import LoadReport, saturated_replicas
 from domain.routing import ModelRouter
 from ports.affinity import AffinityStore

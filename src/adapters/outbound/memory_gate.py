@@ -10,7 +10,7 @@ A ticket's owner must end it (`wait` -> lease, or `cancel`) on every path, e.g. 
 `except BaseException`: a slot granted to a ticket nobody collects is never given back.
 
 A request takes `slots` (k) of the cap at once, in its place in the queue (head-of-line:
-see `domain.admission.SlotLedger`). An upstream listed in `replica_limits` has replicas
+see `domain.admission.ledger.SlotLedger`). An upstream listed in `replica_limits` has replicas
 (`domain.replicas.ReplicaSet` inside its ledger): none is ready until `set_replicas`, and
 every lease is bound to the replica picked with its slots (`lease.replica`).
 """
@@ -21,7 +21,9 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 
 from adapters.outbound.idle_signal import IdleSignal
-from domain.admission import AdmissionPolicy, Cancel, Outcome, SlotLedger
+from domain.admission.decisions import Cancel, Outcome
+from domain.admission.ledger import SlotLedger
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import Draining, QueueFull, QueueTimeout
 from domain.replicas import Replica

@@ -32,7 +32,7 @@ from tests.support.processes import _env
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.redis_gate import RedisAdmissionGate, scripts
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import Consumer
 from domain.errors import QueueFull, QueueTimeout, TooManySequences
 from domain.replicas import ReplicaState
@@ -381,7 +381,7 @@ _VICTIM = textwrap.dedent("""
     import asyncio, json, sys
     from adapters.outbound.redis_gate import RedisAdmissionGate
     from adapters.outbound.system_clock import SystemClock
-    from domain.admission import AdmissionPolicy
+    from domain.admission.policy import AdmissionPolicy
 
     async def main() -> None:
         url, prefix = sys.argv[1], sys.argv[2]

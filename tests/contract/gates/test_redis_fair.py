@@ -1,4 +1,4 @@
-"""Fair queueing on the Redis admission ledger (issue 16): priority bands, weighted
+"""Fair queueing on the Redis admission ledger: priority bands, weighted
 fairness between consumers, max_queued_per_consumer, positions, several processes on
 one schedule, and a differential test against the contract's arithmetic (`Reference`).
 Needs the Redis at GATEWAY_TEST_REDIS_URL (default redis://127.0.0.1:6379/0) and FAILS
@@ -19,10 +19,10 @@ from redis.asyncio import Redis
 
 from adapters.outbound.redis_gate import RedisAdmissionGate, scripts
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy
+from domain.admission.fair_order import SCALE, tag_step
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import Consumer
 from domain.errors import QueueFull
-from domain.fair_queue import SCALE, tag_step
 
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 MakeGate = Callable[..., Awaitable[Any]]
@@ -39,7 +39,7 @@ def who(name: str, priority: int = 0, weight: int = 1) -> Consumer:
 
 
 class Reference:
-    """The contract of issue 16 in plain Python: slots, depth, per-consumer limit, and keys
+    """The fair-queueing contract in plain Python: slots, depth, per-consumer limit, and keys
     `(seq,)` (fifo) or `(-priority, finish_tag, seq)` (fair, tags in units of 1/SCALE)."""
 
     def __init__(self, pol: AdmissionPolicy) -> None:

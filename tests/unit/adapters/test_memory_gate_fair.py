@@ -1,4 +1,4 @@
-"""The in-process gate under `fairness = "fair"` (issue 16): order, share, positions, counts."""
+"""The in-process gate under `fairness = "fair"`: order, share, positions, counts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from tests.unit.adapters.test_memory_gate import FakeClock
 
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import QueueFull
 from ports.admission import QueueTicket, SlotLease

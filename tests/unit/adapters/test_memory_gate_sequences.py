@@ -1,4 +1,4 @@
-"""The in-process gate with k slots per request and with replicas (issues 19 and 20)."""
+"""The in-process gate with k slots per request and with replicas."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.errors import QueueTimeout, TooManySequences
 from domain.replicas import ReplicaState
 from ports.admission import AdmissionGate

@@ -1,4 +1,4 @@
-"""Metrics of fair queueing (issue 16): queue depth per priority, queue wait per consumer."""
+"""Metrics of fair queueing: queue depth per priority, queue wait per consumer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from tests.unit.adapters.test_memory_gate import FakeClock
 
 from adapters.outbound.memory_gate import InMemoryAdmissionGate
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import Consumer
 from domain.records import RequestRecord
 

@@ -14,9 +14,9 @@ from adapters.outbound.redis_gate import background, scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN, prepare
 from adapters.outbound.redis_gate.ledger import LedgerCore, Upstream, log
 from adapters.outbound.redis_gate.tickets import OpenLease, RedisLease, RedisTicket, new_lease
+from domain.admission.fair_order import tag_step
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, Draining, QueueFull
-from domain.fair_queue import tag_step
 from domain.replicas import Replica
 from ports.admission import GateSnapshot
 

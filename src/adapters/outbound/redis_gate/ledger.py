@@ -25,7 +25,8 @@ from typing import Any, Protocol
 from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect, run_scripts
-from domain.admission import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER, AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
+from domain.admission.retry_after import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER
 from domain.errors import TooManySequences
 from domain.replicas import Replica, ReplicaState
 from ports.clock import Clock
