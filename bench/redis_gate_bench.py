@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from redis.asyncio import Redis
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.redis_gate import RedisAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from domain.admission.policy import AdmissionPolicy

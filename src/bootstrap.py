@@ -47,7 +47,7 @@ from adapters.outbound.keys_file import (
     read_salt_secret,
 )
 from adapters.outbound.memory_affinity import MemoryAffinityStore
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.openai_compat import OpenAICompatClient, upstream_session
 from adapters.outbound.openai_compat.replica_sessions import ReplicaSessions
 from adapters.outbound.replica_discovery import ReplicaWatch, StaticReplicas

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 from tests.support.redis_cluster import RedisCluster
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.redis_gate import RedisAdmissionGate
 from adapters.outbound.redis_gate.connection import RedisTarget
 from adapters.outbound.system_clock import SystemClock

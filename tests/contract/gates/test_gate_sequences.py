@@ -29,7 +29,7 @@ from redis.asyncio import Redis
 from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, redis_target, require_redis
 from tests.support.processes import _env
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.redis_gate import RedisAdmissionGate, scripts
 from adapters.outbound.system_clock import SystemClock
 from domain.admission.policy import AdmissionPolicy

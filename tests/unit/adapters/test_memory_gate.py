@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from domain.admission.policy import AdmissionPolicy
 from domain.errors import Draining, QueueFull, QueueTimeout

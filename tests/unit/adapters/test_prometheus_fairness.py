@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.support.metrics import samples
 from tests.unit.adapters.test_memory_gate import FakeClock
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from domain.admission.policy import AdmissionPolicy
 from domain.consumers import Consumer

@@ -1,4 +1,4 @@
-"""Metric labels come from configuration, never from what a client sends (issue 19)."""
+"""Metric labels come from configuration, never from what a client sends."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from tests.support.metrics import samples
 from tests.unit.adapters.test_memory_gate import FakeClock
 
 from adapters.outbound import prometheus_metrics
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from domain.records import RequestRecord
 
 
 def test_the_model_label_is_the_configured_name_never_the_clients() -> None:
-    """Issue 19: a client choosing alias names must not add `gateway_tokens_total` series."""
+    """A client choosing alias names must not add `gateway_tokens_total` series (unbounded label values)."""
     metrics = PrometheusMetrics(InMemoryAdmissionGate({}, FakeClock()))
     for i in range(50):
         metrics.request_finished(RequestRecord(request_id="r", surface="v1", route="chat", method="POST",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from tests.unit.adapters.test_memory_gate import FakeClock
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.prometheus_metrics import _LATENCY_BUCKETS, PrometheusMetrics, _Latency
 from domain.records import RequestRecord
 

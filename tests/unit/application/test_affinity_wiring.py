@@ -12,7 +12,7 @@ import pytest
 
 import application.affinity as affinity_module
 from adapters.outbound.memory_affinity import MemoryAffinityStore
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from application.affinity import Affinity, completion_chain
 from application.chat import ChatService

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
