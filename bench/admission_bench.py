@@ -14,9 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy, SlotLedger
+from domain.admission.ledger import SlotLedger
+from domain.admission.policy import AdmissionPolicy
 
 N = 10_000  # queued waiters for the position and memory figures
 rows: list[tuple[str, str]] = []

@@ -55,10 +55,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from adapters.inbound.anthropic.frames import queue_frame
 from adapters.inbound.anthropic.stream import AnthropicStream
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
-from domain.admission import AdmissionPolicy, SlotLedger
+from domain.admission.ledger import SlotLedger
+from domain.admission.policy import AdmissionPolicy
 from domain.canonical import (
     ChatRequest,
     ChatResponse,

@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from redis.asyncio import Redis
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.redis_gate import RedisAdmissionGate
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 
 POLICY = AdmissionPolicy(max_in_flight=8, queue_depth=1000, queue_timeout_seconds=60)
 

@@ -49,8 +49,8 @@ class ConsumerLimits(msgspec.Struct, frozen=True, kw_only=True):
 class Consumer(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     limits: ConsumerLimits = ConsumerLimits()
-    # Queue order under `fairness = "fair"` (domain.fair_queue): a higher priority is admitted
-    # first; within one priority, a weight-3 consumer gets 3 slots for each of a weight-1 one.
+    # Queue order under `fairness = "fair"` (domain.admission.fair_order): a higher priority is
+    # admitted first; within one priority, a weight-3 consumer gets 3 slots for each of a weight-1 one.
     priority: int = 0
     weight: int = 1  # >= 1
     # vLLM's prefix-cache salt for this consumer's requests (`domain.cache_salt`), set by the

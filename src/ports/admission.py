@@ -57,7 +57,8 @@ class SlotLease(Protocol):
 
 class QueueTicket(Protocol):
     """A request waiting in an upstream's queue (arrival order, or fair order: see
-    `domain.fair_queue`; under `fair` a position can go up when a newcomer is placed ahead)."""
+    `domain.admission.fair_order`; under `fair` a position can go up when a newcomer is
+    placed ahead)."""
 
     queued: bool  # always True
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from config import Config, parse_listen
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 
 if TYPE_CHECKING:  # imported where used: a process without Redis never loads it
     from adapters.outbound.redis_gate import RedisAdmissionGate

@@ -21,11 +21,11 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 from tests.support.redis_cluster import RedisCluster
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.redis_gate import RedisAdmissionGate
 from adapters.outbound.redis_gate.connection import RedisTarget
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.errors import Draining, QueueFull, QueueTimeout
 from ports.admission import GateSnapshot
 

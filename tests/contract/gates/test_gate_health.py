@@ -1,8 +1,8 @@
 """Ejected and saturated replicas, affinity at arrival and the one safe retry's lease move
-on both admission backends: one contract for the in-memory and the Redis gate
-(single server and cluster, the `make_gate` fixture of test_gate_sequences.py: on Redis
-every call is another "process", with its own connections), then what only a shared
-ledger can show: two processes, one move.
+on both admission backends: one contract for the in-memory and the Redis gate (single
+server and cluster, the `make_gate` fixture of replica_gate_support.py: on Redis every
+call is another "process", with its own connections), then what only a shared ledger can
+show: two processes, one move.
 
 The Redis variants need the Redis at GATEWAY_TEST_REDIS_URL (default
 redis://127.0.0.1:6379/0) and FAIL when it is unreachable. Real time, short timeouts.
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
-from tests.contract.gates import test_gate_sequences
-from tests.contract.gates.test_gate_sequences import A, B, C, MakeGate, counts, eventually, granted, policy
+from tests.contract.gates import replica_gate_support
+from tests.contract.gates.replica_gate_support import A, B, C, MakeGate, counts, eventually, granted, policy
 
 from domain.errors import AdmissionUnavailable
 from domain.replicas import ReplicaState
 
-make_gate = test_gate_sequences.make_gate  # the fixture (memory, redis, cluster), used here too
+make_gate = replica_gate_support.make_gate  # the fixture (memory, redis, cluster), used here too
 
 
 def states(gate: Any, upstream: str = "up") -> dict[str, ReplicaState]:

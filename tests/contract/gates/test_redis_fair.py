@@ -19,10 +19,10 @@ from redis.asyncio import Redis
 
 from adapters.outbound.redis_gate import RedisAdmissionGate, scripts
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy
+from domain.admission.fair_order import SCALE, tag_step
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import Consumer
 from domain.errors import QueueFull
-from domain.fair_queue import SCALE, tag_step
 
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 MakeGate = Callable[..., Awaitable[Any]]

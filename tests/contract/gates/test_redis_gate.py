@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from adapters.outbound.redis_gate import RedisAdmissionGate
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.errors import AdmissionUnavailable
 
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

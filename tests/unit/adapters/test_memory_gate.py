@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.errors import Draining, QueueFull, QueueTimeout
 from ports.admission import AdmissionGate, QueueTicket, SlotLease
 

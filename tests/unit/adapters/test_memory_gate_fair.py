@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from tests.unit.adapters.test_memory_gate import FakeClock
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
-from domain.admission import AdmissionPolicy
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import QueueFull
 from ports.admission import QueueTicket, SlotLease

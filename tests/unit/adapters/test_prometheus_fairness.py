@@ -5,9 +5,9 @@ from __future__ import annotations
 from tests.support.metrics import samples
 from tests.unit.adapters.test_memory_gate import FakeClock
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import Consumer
 from domain.records import RequestRecord
 

@@ -7,7 +7,7 @@ from tests.support.metrics import samples
 from tests.unit.adapters.test_memory_gate import FakeClock
 
 from adapters.outbound import prometheus_consumers
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from domain.records import RequestRecord
 

@@ -12,12 +12,12 @@ import pytest
 
 import application.affinity as affinity_module
 from adapters.outbound.memory_affinity import MemoryAffinityStore
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from application.affinity import Affinity, completion_chain
 from application.chat import ChatService
 from application.completions import CompletionService
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, Message, StreamChunk, TextDelta, TextPart, Usage
 from domain.completions import Completion, CompletionRequest
 from domain.consumers import ANONYMOUS, Consumer

@@ -12,12 +12,12 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from adapters.outbound.memory_gate import InMemoryAdmissionGate
+from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.system_clock import SystemClock
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
 from application.replica_care import ReplicaCare
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk, TextDelta, TextPart, Usage
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.ejection import EjectionPolicy

@@ -3,7 +3,9 @@ retry's move: the ledger side of `domain.replicas.ReplicaSet`'s rules."""
 
 from __future__ import annotations
 
-from domain.admission import AdmissionPolicy, Outcome, SlotLedger
+from domain.admission.decisions import Outcome
+from domain.admission.ledger import SlotLedger
+from domain.admission.policy import AdmissionPolicy
 
 A, B, C = "http://127.0.0.2:8080", "http://127.0.0.3:8080", "http://127.0.0.4:8080"
 

@@ -16,7 +16,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from domain.admission import AdmissionPolicy, Cancel, Outcome, SlotLedger
+from domain.admission.decisions import Cancel, Outcome
+from domain.admission.ledger import SlotLedger
+from domain.admission.policy import AdmissionPolicy
 
 
 def ledger(cap: int = 2, depth: int = 3, timeout: float = 10.0, **kw: int) -> SlotLedger:

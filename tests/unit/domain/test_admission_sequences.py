@@ -8,7 +8,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from domain.admission import AdmissionPolicy, Cancel, Outcome, SlotLedger
+from domain.admission.decisions import Cancel, Outcome
+from domain.admission.ledger import SlotLedger
+from domain.admission.policy import AdmissionPolicy
 from domain.consumers import Consumer
 from domain.errors import GatewayError, TooManySequences
 from domain.replicas import ReplicaState
@@ -140,7 +142,7 @@ def test_a_missing_replica_drains_and_is_forgotten_and_one_that_returns_keeps_it
     assert led.set_replicas([A, B], 2) != []  # A returns with its count: the waiter goes to A
     assert {r.address: r.in_flight for r in led.replica_view()} == {A: 2, B: 3}
     led.set_replicas([B], 3)
-    for ticket in list(led._admitted):
+    for ticket in list(led._held):
         if led.binding(ticket)[1] == A:
             led.release(ticket, 4)
     assert [r.address for r in led.replica_view()] == [B]  # forgotten at 0

@@ -10,9 +10,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from domain.admission import FAIR, FIFO, AdmissionPolicy, Cancel, Outcome, SlotLedger
+from domain.admission.decisions import Cancel, Outcome
+from domain.admission.fair_order import SCALE, tag_step
+from domain.admission.ledger import SlotLedger
+from domain.admission.policy import FAIR, FIFO, AdmissionPolicy
 from domain.consumers import ANONYMOUS, Consumer
-from domain.fair_queue import SCALE, tag_step
 
 
 def ledger(cap: int = 1, depth: int = 100, timeout: float = 1000.0, **kw: object) -> SlotLedger:

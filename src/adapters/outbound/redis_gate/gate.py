@@ -17,9 +17,9 @@ from adapters.outbound.redis_gate.leases import OpenLease, RedisLease, new_lease
 from adapters.outbound.redis_gate.ledger import LedgerCore, log
 from adapters.outbound.redis_gate.tickets import RedisTicket
 from adapters.outbound.redis_gate.upstream import Upstream
+from domain.admission.fair_order import tag_step
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable, Draining, QueueFull
-from domain.fair_queue import tag_step
 from domain.replicas import Replica
 from ports.admission import GateSnapshot
 

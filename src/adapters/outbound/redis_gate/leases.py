@@ -14,7 +14,7 @@ from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN
 from adapters.outbound.redis_gate.ledger import LedgerCore
 from adapters.outbound.redis_gate.upstream import Upstream
-from domain.admission import EWMA_ALPHA
+from domain.admission.retry_after import EWMA_ALPHA
 from domain.errors import AdmissionUnavailable
 
 log = logging.getLogger("gateway.admission.redis")

@@ -26,7 +26,7 @@ from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect, run_scripts
 from adapters.outbound.redis_gate.upstream import Upstream
-from domain.admission import AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from ports.clock import Clock
 
 log = logging.getLogger("gateway.admission.redis")

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from adapters.outbound.redis_gate import scripts
-from domain.admission import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER, AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
+from domain.admission.retry_after import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER
 from domain.errors import TooManySequences
 from domain.replicas import Replica, ReplicaState
 

@@ -1,6 +1,6 @@
 """Dispatch order of one upstream's queue under `fairness = "fair"` (pure).
 
-Start-time fair queueing with virtual finish tags, per priority band (issue 16). Every
+Start-time fair queueing with virtual finish tags, per priority band. Every
 queued request gets, at arrival, the key `(-priority, finish_tag, seq)`; a free slot
 takes the smallest key. Per band p there is a virtual time `V[p]` (the finish tag of
 the last request dispatched from band p, 0 at start) and per (band, consumer) the finish
@@ -39,10 +39,14 @@ class FairOrder:
     """The keyed order of queued tickets: push, remove, pop-min and rank in O(log n).
 
     `seq` is the ticket id (ids are arrival order). Knows nothing of deadlines or slots:
-    the `SlotLedger` keeps those and asks this class only which ticket goes next.
+    the `WaitQueue` and the `SlotLedger` keep those and ask this class only which ticket
+    goes next. Same interface as `FifoOrder`.
     """
 
     __slots__ = ("_keys", "_last", "_order", "_virtual")
+    # a newcomer with a smaller key (a higher priority, or a lighter-loaded consumer) is
+    # placed ahead of tickets already queued, even ahead of the head
+    newcomers_overtake = True
 
     def __init__(self) -> None:
         self._order = SortedList()  # of Key
