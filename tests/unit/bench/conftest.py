@@ -31,8 +31,8 @@ def report() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def cpu_cost() -> ModuleType:
-    return load_bench("cpu_cost.py")
+def callgrind() -> ModuleType:
+    return load_bench("callgrind.py")
 
 
 @pytest.fixture(scope="module")
