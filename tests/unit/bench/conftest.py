@@ -38,3 +38,8 @@ def callgrind() -> ModuleType:
 @pytest.fixture(scope="module")
 def paced() -> ModuleType:
     return load_bench("paced.py")
+
+
+@pytest.fixture(scope="module")
+def instructions() -> ModuleType:
+    return load_bench("instructions.py")
