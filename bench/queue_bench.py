@@ -4,7 +4,7 @@
                                           [--intervals 0.25 0.5 1.0]
                                           [--ops-only] [--ops-sizes 1000 10000 100000]
 
-A script, not a test (issue 5). It drives the application layer in-process, the way the
+A script, not a test. It drives the application layer in-process, the way the
 `/llm` controller does: `ChatService.stream(..., report_queue=True)` over the real
 `InMemoryAdmissionGate`, every `QueuePosition` encoded as the `event: queue` frame and
 every chunk through the real Anthropic stream encoder. The upstream is a fake written
@@ -29,7 +29,7 @@ With 10,000 waiters and a 0.1 s interval that is 100,000 wake-ups per second, en
 make one core the bottleneck and slow the drain itself (try `--intervals 0.1`); the
 default interval is 1 s.
 
-Ledger operations (issue 16, printed first; `--ops-only` prints only them): the slot
+Ledger operations (printed first; `--ops-only` prints only them): the slot
 ledger alone, `fifo` and `fair`, with n requests queued from 100 consumers of mixed
 weights (1..4) and two priorities, for n in `--ops-sizes`: microseconds per enqueue,
 position read, cancel (from the middle) and dispatch. O(log n) shows as a per-operation

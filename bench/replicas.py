@@ -1,4 +1,4 @@
-"""Replicas behind a connection-level balancer vs picked by the gateway (issue 20).
+"""Replicas behind a connection-level balancer vs picked by the gateway.
 
     .venv/bin/python bench/replicas.py [--runs 10] [--hold 1] [--seed N]
 

@@ -1,4 +1,4 @@
-"""Chaos soak (issue 9, item 4): a capped upstream, random faults, random hang-ups; nothing lost.
+"""Chaos soak: a capped upstream, random faults, random hang-ups; nothing lost.
 
     .venv/bin/python bench/soak.py [--requests 3000] [--concurrency 14] [--seed 1] [--fault-rate 0.2]
 
