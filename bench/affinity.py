@@ -1,4 +1,4 @@
-"""KV-cache affinity: agents' time to first token with and without it (issue 23).
+"""KV-cache affinity: agents' time to first token with and without it.
 
     .venv/bin/python bench/affinity.py [--conversations 12] [--turns 5] [--rounds 2]
         [--system-words 3000] [--result-words 600] [--prefill-ms 50] [--redis URL]

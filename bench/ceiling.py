@@ -1,4 +1,4 @@
-"""The `ceiling` target: the cheapest proxy this stack allows (issue 14 item 6).
+"""The `ceiling` target: the cheapest proxy this stack allows.
 
 One Litestar route handler on uvicorn (uvloop + httptools) relaying the request body to the
 upstream and its answer back through one aiohttp session: a `Stream` response for SSE, a

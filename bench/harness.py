@@ -1,16 +1,17 @@
 """Side-by-side benchmark: stub direct, nginx, the ceiling, our gateway (keys off and on) and,
 on request, LiteLLM proxy.
 
-    bench/run            # full run (~18 min): installs nginx and wrk, then this script
-    bench/run --quick    # ~8 min, 2 s per cell
+    bench/run            # full run (~25 min): installs nginx, wrk and valgrind, then this script
+    bench/run --quick    # ~12 min, 2 s per cell
     .venv/bin/python bench/harness.py --smoke   # CI: a few seconds, installs nothing
 
 For every scenario (/v1 non-stream, /v1 stream, /llm stream) and concurrency (1, 16, 64) the
 targets are driven in rotation (direct, nginx, ceiling, ours, keyed; the start rotates each
 round): warm-up, measured run with wrk, then for streams the TTFT probe (loadgen.py). Then
 the paced capacity search (paced.py): 100, 200, ... concurrent streams at 50 tokens/s
-against direct, the ceiling and the gateway, until each fails a step. Prints the tables and
-issue 21's targets as met / missed by how much; writes JSON to bench/out/. See
+against direct, the ceiling and the gateway, until each fails a step. Then the instructions
+per c64 request of the ceiling, ours and keyed under callgrind (instructions.py). Prints the
+tables and the targets as met / missed by how much; writes JSON to bench/out/. See
 bench/README.md.
 """
 
@@ -26,15 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import drive
+import instructions
 import paced
 import peers
 import report
 import targets as t
 
-MODES = {  # duration, warm-up, ttft window (seconds), rounds, concurrency
-    "full": (5.0, 1.0, 2.0, 3, [1, 16, 64]),
-    "quick": (2.0, 1.0, 1.0, 1, [1, 16, 64]),
-    "smoke": (0.3, 0.0, 0.0, 1, [4]),
+MODES = {  # duration, warm-up, ttft window (seconds), rounds, concurrency, requests per callgrind run
+    "full": (5.0, 1.0, 2.0, 3, [1, 16, 64], 1600),
+    "quick": (2.0, 1.0, 1.0, 1, [1, 16, 64], 400),
+    "smoke": (0.3, 0.0, 0.0, 1, [4], 0),
 }
 
 
@@ -58,14 +60,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=20, help="stub answer length (stream chunks)")
     p.add_argument("--quiet-budget", type=float, help="seconds the run may spend in total waiting, before "
                    "measured runs, for other processes to leave the CPUs (default 60, smoke 0)")
+    p.add_argument("--instructions", type=int, help="requests per callgrind run that counts the c64 "
+                   "instructions per request of the ceiling, ours and keyed (the per-request verdicts); 0: none "
+                   "(default full 1600, quick 400, smoke 0)")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     args = p.parse_args(argv)
     args.mode = args.mode or "full"
-    duration, warmup, ttft, rounds, conc = MODES[args.mode]
+    duration, warmup, ttft, rounds, conc, counted = MODES[args.mode]
     args.duration = min(args.duration or duration, 60.0)
     args.warmup, args.ttft = warmup, ttft
     args.quiet_budget = args.quiet_budget if args.quiet_budget is not None else (0 if args.mode == "smoke" else 60)
     args.rounds = min(args.rounds or rounds, 5)
+    args.instructions = min(max(args.instructions if args.instructions is not None else counted, 0), 20_000)
     args.concurrency = [int(c) for c in args.concurrency.split(",")] if args.concurrency else conc
     if args.driver == "auto":
         args.driver = "wrk" if drive.wrk_binary() and args.mode != "smoke" else "loadgen"
@@ -164,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     missing: dict[str, str] = {}
     paced_cells: dict[str, dict[str, Any]] | None = None
     capacity: dict[str, Any] | None = None
+    counts: dict[str, Any] | None = None
     up_names: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         procs = t.Procs(Path(tmp))
@@ -187,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                 paced_cells = paced.summary_cells(capacity)
         finally:
             procs.stop_all()
+    if args.instructions:
+        print("  instructions per request under callgrind: each target and scenario afresh, one at a time", flush=True)
+        counts = instructions.measure(args.targets.split(","), args.scenarios.split(","), args.instructions, args.pin)
     cells = {key: report.aggregate(runs) for key, runs in raw.items()}
     for key, detail in answered.items():
         if detail != "ok":
@@ -208,9 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     if capacity is not None:
         print()
         print(report.capacity_table(capacity))
+    if counts is not None:
+        print()
+        print(instructions.table(counts))
     print()
     same = "ceiling" in up_names and peers.ceiling_python() == t.gateway_python()
-    results = report.checks(cells, rss, same, capacity) if args.mode != "smoke" else []
+    results = report.checks(cells, rss, same, capacity, counts) if args.mode != "smoke" else []
     for line in results:
         print(line["text"])
     if results:
@@ -220,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
               "command": " ".join(["bench/harness.py", *(argv if argv is not None else sys.argv[1:])]),
               "elapsed_s": round(time.monotonic() - began, 1), "cells": cells, "peak_rss_mb": rss,
               "gateway_python": t.gateway_python(), "paced": paced_cells, "paced_capacity": capacity,
+              "instructions": counts,
               "paced_setup": {"steps_rounds": paced.MODES[args.mode], "tokens": paced.TOKENS,
                               "chunk_delay_s": paced.CHUNK_DELAY, "streams_per_client": paced.STREAMS_PER_CLIENT},
               "answered": answered, "unavailable": missing, "checks": results}

@@ -1,4 +1,4 @@
-"""The paced scenario and its capacity search (issues 14 and 21): the workload a GPU produces.
+"""The paced scenario and its capacity search: the workload a GPU produces.
 
 A second stub paces its streams (`--chunk-delay 0.02`, 50 tokens/s, `--tokens 50`); direct,
 a ceiling and a gateway of their own sit in front of it. The search steps the number of

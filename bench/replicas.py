@@ -3,7 +3,7 @@
     .venv/bin/python bench/replicas.py [--runs 10] [--hold 1] [--seed N]
 
 Two stub replicas (`--max-num-seqs 4`: vLLM's scheduler, 4 sequence slots each) and a gateway
-with the seed's admission (cap 6 < 8 slots, queue 8). Each run is one fresh gateway process
+with admission capped below the slots (cap 6 < 8 slots, queue 8). Each run is one fresh gateway process
 and one round of 40 concurrent requests (half `/v1`, half `/llm`):
 
 - `balancer`: the upstream's `url` is a connection-level random TCP balancer

@@ -247,8 +247,8 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str 
     """`wrap`: a command the gateway runs under (bench/cpu_cost.py: valgrind)."""
     port = free_port()
     config = procs.workdir / f"{name}.toml"
-    # BENCH_GATEWAY_WORKERS=N: N processes sharing one cap on the Redis ledger; the
-    # upstream then has an admission table (a cap far above the load).
+    # BENCH_GATEWAY_WORKERS=N: N processes sharing one cap on the Redis ledger (scaling with
+    # processes); the upstream then has an admission table (a cap far above the load).
     workers = os.environ.get("BENCH_GATEWAY_WORKERS")
     shared, admission = "", ""
     if workers:
@@ -273,7 +273,7 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str 
 def start_keyed_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str = "keyed",
                         wrap: tuple[str, ...] = ()) -> Target:
     """`ours` with API keys required and a consumer with request and token limits far above
-    the load: every request is authenticated, reserves and settles (what API keys add)."""
+    the load: every request is authenticated, reserves and settles (what keys and limits add)."""
     key = "gw_0be5c4ed_" + "k" * 43  # a fixed, well-formed key: bench only
     keys = procs.workdir / "keys.toml"
     digest = "sha256:" + hashlib.sha256(key.encode()).hexdigest()

@@ -31,10 +31,15 @@ def report() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def cpu_cost() -> ModuleType:
-    return load_bench("cpu_cost.py")
+def callgrind() -> ModuleType:
+    return load_bench("callgrind.py")
 
 
 @pytest.fixture(scope="module")
 def paced() -> ModuleType:
     return load_bench("paced.py")
+
+
+@pytest.fixture(scope="module")
+def instructions() -> ModuleType:
+    return load_bench("instructions.py")

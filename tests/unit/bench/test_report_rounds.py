@@ -1,4 +1,4 @@
-"""bench/report.py: which round of a cell stands in the table (issue 21's verdicts read it)."""
+"""bench/report.py: which round of a cell stands in the table (the wall-clock columns read it)."""
 
 from __future__ import annotations
 
