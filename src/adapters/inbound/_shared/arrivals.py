@@ -6,9 +6,10 @@ admission, the upstream call opened) costs as much CPU as relaying tens of token
 requests come in bursts: clients that ask again the moment an answer ends, a retry storm,
 connections moved by a deploy. A loop left alone starts the whole burst in the turn it
 arrived in, and every token that arrives meanwhile waits for all of it: each stream in
-flight sees one long gap per burst (bench/RESULTS.md, "ninth pass": 300 paced streams asking
-again together held the loop for 60-100 ms at a time; the p99 gap between tokens, 20 ms paced,
-was 42-57 ms, and 29-41 ms with the pacer).
+flight sees one long gap per burst (measured in the benchmark notebook's "ninth pass",
+`git show 14f29a1:bench/RESULTS.md`: 300 paced streams asking again together held the loop
+for 60-100 ms at a time; the p99 gap between tokens, 20 ms paced, was 42-57 ms, and 29-41 ms
+with the pacer).
 
 `ArrivalPacer` lets `per_turn` requests start in one turn and queues the others in arrival
 order; each later turn releases the next `per_turn`. Between two batches the loop polls its
