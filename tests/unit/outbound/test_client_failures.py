@@ -254,7 +254,8 @@ def test_the_retry_rule_never_retries_for_a_client_that_has_gone_or_an_answer_be
 PROXY_PAGE = (b"<html><body><h1>502 Bad Gateway</h1><p>upstream 10.42.7.13:8012 connection refused</p>"
               b"<hr>nginx/1.25.3</body></html>")
 # server action, kind, the message the client sees (complete, stream): the failure's kind and the
-# sanitized text both hold on every raise site (issue 19 part B with issue 23's kinds).
+# sanitized text both hold on every raise site (no upstream text reaches a client; the kinds replica
+# ejection counts).
 MESSAGES = [
     ("reset", FailureKind.RESET_BEFORE_HEAD, ("upstream 'up' is unreachable",) * 2),
     (http("503 Service Unavailable"), FailureKind.UNAVAILABLE, ("upstream 'up' answered HTTP 503",) * 2),
