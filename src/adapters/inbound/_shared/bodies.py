@@ -95,21 +95,22 @@ async def _ready(frame: bytes) -> bytes:
 
 async def stream_response(
     call: Call, frames: AsyncIterator[bytes], headers: dict[str, str] | None = None,
-    rate_headers: Callable[[RateSnapshot], dict[str, str]] | None = None,
+    rate_headers: Callable[[RateSnapshot], list[tuple[bytes, bytes]]] | None = None,
 ) -> Stream:
     """A `text/event-stream` response whose first frame is already there.
 
     Awaiting it here, before the response exists, lets a refusal (full queue, unknown
     model, upstream down, a consumer over its limit) still answer with its own status;
     `frames` raises it. The consumer's rate-limit state is known only then (the
-    reservation is made on the way to the first frame): `rate_headers` renders it.
+    reservation is made on the way to the first frame): `rate_headers` renders it, and the
+    edge middleware sends them (`Call.rate_headers`).
     """
     first = await frames.__anext__()
     call.stop_watching()  # from here Litestar watches for the hang-up
     body = call.body = StreamBody(first, frames, call)
-    all_headers = _SSE_HEADERS if headers is None else {**_SSE_HEADERS, **headers}
     rate = call.record.rate
     if rate is not None and rate_headers is not None:
-        all_headers = {**all_headers, **rate_headers(rate)}
-    return Stream(body, media_type="text/event-stream", headers=all_headers)
+        call.rate_headers = rate_headers(rate)
+    return Stream(body, media_type="text/event-stream",
+                  headers=_SSE_HEADERS if headers is None else {**_SSE_HEADERS, **headers})
 

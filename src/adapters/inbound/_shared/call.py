@@ -49,8 +49,8 @@ class Call:
     """One request at the edge: its id, its record, and its hang-up watcher."""
 
     __slots__ = ("_cancelled", "_noticed", "_receive", "_t0", "_task", "_watcher", "_watching", "body", "door",
-                 "gone", "handle", "header_bytes", "identity", "observer", "record", "request_id", "stalled",
-                 "started")  # fmt: skip
+                 "gone", "handle", "header_bytes", "identity", "observer", "rate_headers", "record", "request_id",
+                 "stalled", "started")  # fmt: skip
 
     def __init__(self, scope: Any, receive: Any) -> None:
         self._t0 = time.perf_counter()
@@ -68,6 +68,10 @@ class Call:
         # Who the request is for: the edge checks replace it when keys are required.
         self.identity: Identity = ANONYMOUS_IDENTITY
         self.door: Door | None = None  # the consumer slot the edge checks took, released at the end
+        # The consumer's rate-limit headers of a successful answer, encoded: the middleware sends
+        # them after the answer's own headers (not through Litestar's `Response`, which would
+        # lowercase and encode each name and value again).
+        self.rate_headers: list[tuple[bytes, bytes]] | None = None
         self.observer: RequestObserver | None = None  # who gets the record: set by `begin`
         self.handle: object = None  # the observer's, from `request_started`
         # One pass over the headers: their size (for `max_header_bytes`) and x-request-id.

@@ -2,10 +2,11 @@
 
 `EdgeMiddleware` wraps the Litestar app (around its routing and exception handling): it
 makes each request's `Call` (request id, the record the observer gets: `call`) and stamps
-`x-request-id` on the response. A dialect Router begins the call's record once Litestar
-has routed the request to it (`Call.begin`, the Router's `before_request`), and the
-middleware reports a begun record once the last byte went out or the client left;
-requests no dialect took (health checks, the OpenAPI document) report none.
+`x-request-id` on the response, after an answer's rate-limit headers (`Call.rate_headers`).
+A dialect Router begins the call's record once Litestar has routed the request to it
+(`Call.begin`, the Router's `before_request`), and the middleware reports a begun record
+once the last byte went out or the client left; requests no dialect took (health checks,
+the OpenAPI document) report none.
 
 Why around the app and not as each Router's middleware: Litestar puts a second
 exception-handling layer between a route's middleware and its handler (so that the
@@ -72,7 +73,9 @@ class EdgeMiddleware:
             if kind == "http.response.start":
                 call.started = True
                 record.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), request_id]
+                extra = call.rate_headers  # a limited consumer's answer (`Call.rate_headers`)
+                message["headers"] = ([*message.get("headers", ()), request_id] if extra is None
+                                      else [*message.get("headers", ()), *extra, request_id])
             elif kind == "http.response.body" and not message.get("more_body", False):
                 answered = True
             return send(message)  # type: ignore[no-any-return]

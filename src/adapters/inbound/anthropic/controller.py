@@ -25,7 +25,7 @@ from adapters.inbound.anthropic.answers import encode_message, encode_models, en
 from adapters.inbound.anthropic.errors import AnthropicErrors
 from adapters.inbound.anthropic.frames import KEEP_ALIVE, PING, queue_comment, queue_frame
 from adapters.inbound.anthropic.mapping import SURFACE, decode_count_tokens, decode_messages
-from adapters.inbound.anthropic.rate_headers import rate_limit_header_map
+from adapters.inbound.anthropic.rate_headers import rate_limit_headers
 from adapters.inbound.anthropic.stream import AnthropicStream
 from domain.canonical import QueuePosition, StreamError
 from domain.errors import GatewayError, InvalidRequest, NotSupported
@@ -68,11 +68,11 @@ def router(context: EdgeContext) -> Router:
             items = service.stream(chat, report_queue=True, record=record, consumer=call.identity.consumer,
                                    heartbeat=ping)
             frames = _frames(request, call, items, AnthropicStream(chat.model), news, ping)
-            return await stream_response(call, frames, headers, rate_limit_header_map)
+            return await stream_response(call, frames, headers, rate_limit_headers)
         response = await service.complete(chat, record, call.identity.consumer)
         call.stop_watching()
-        if record.rate is not None:
-            headers.update(rate_limit_header_map(record.rate))
+        if record.rate is not None:  # sent by the edge middleware (`Call.rate_headers`)
+            call.rate_headers = rate_limit_headers(record.rate)
         record.input_tokens = response.usage.input_tokens
         record.output_tokens = response.usage.output_tokens
         record.finish_reason = response.finish_reason

@@ -23,7 +23,7 @@ from adapters.inbound._shared.errors import ErrorRenderer, stream_failure
 from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
-from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
+from adapters.inbound._shared.ratelimit_headers import rate_limit_headers
 from adapters.inbound.openai import completions_schema as cw
 from adapters.inbound.openai import schema as wire
 from adapters.inbound.openai.answers import encode_models, response_body
@@ -74,7 +74,7 @@ def router(context: EdgeContext) -> Router:
             batches = service.stream(chat, record=call.record, consumer=consumer)  # fills model, upstream, ...
             writer = ChunkWriter(decoded.include_usage, chat.model, call.request_id)
             frames = _frames(request, call, batches, writer, errors)
-            return await stream_response(call, frames, rate_headers=rate_limit_header_map)
+            return await stream_response(call, frames, rate_headers=rate_limit_headers)
         return _complete(call, await service.complete(chat, call.record, call.identity.consumer), chat.model)
 
     @get(
@@ -111,13 +111,13 @@ def text_completions_handler(
         if text.stream:
             writer = TextChunkWriter(decoded.include_usage, text.model, call.request_id)
             frames = _frames(request, call, service.stream(text, call.record, consumer), writer, errors)
-            return await stream_response(call, frames, rate_headers=rate_limit_header_map)
+            return await stream_response(call, frames, rate_headers=rate_limit_headers)
         answer = await service.complete(text, call.record, consumer)
         call.stop_watching()
         record = call.record
         record.input_tokens, record.output_tokens = answer.usage.input_tokens, answer.usage.output_tokens
         record.finish_reason = answer.finish_reason
-        return json_answer(completion_body(answer, text.model), _rate_headers(call))
+        return _answer(call, completion_body(answer, text.model))
 
     return completions
 
@@ -137,14 +137,17 @@ def embeddings_handler(service: EmbeddingService, limits: InputLimits) -> HTTPRo
         answer = await service.embed(inputs, call.record, call.identity.consumer)
         call.stop_watching()
         call.record.input_tokens = answer.usage.input_tokens
-        return json_answer(embeddings_body(answer, inputs.model), _rate_headers(call))
+        return _answer(call, embeddings_body(answer, inputs.model))
 
     return embeddings
 
 
-def _rate_headers(call: Call) -> dict[str, str] | None:
+def _answer(call: Call, body: bytes) -> Response[bytes]:
+    """A JSON answer; a limited consumer's rate-limit headers go with it (`Call.rate_headers`)."""
     rate = call.record.rate
-    return rate_limit_header_map(rate) if rate is not None else None
+    if rate is not None:
+        call.rate_headers = rate_limit_headers(rate)
+    return json_answer(body, None)
 
 
 def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]:
@@ -153,7 +156,7 @@ def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]
     record.input_tokens = response.usage.input_tokens
     record.output_tokens = response.usage.output_tokens
     record.finish_reason = response.finish_reason
-    return json_answer(response_body(response, model, NATIVE_FORMAT), _rate_headers(call))
+    return _answer(call, response_body(response, model, NATIVE_FORMAT))
 
 
 async def _frames(

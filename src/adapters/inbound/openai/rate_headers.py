@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from adapters.inbound._shared.ratelimit_headers import duration, rate_limit_header_map, rate_limit_headers
+from adapters.inbound._shared.ratelimit_headers import duration, rate_limit_headers
 
-__all__ = ["duration", "rate_limit_header_map", "rate_limit_headers"]
+__all__ = ["duration", "rate_limit_headers"]

@@ -25,7 +25,7 @@ from adapters.inbound._shared.errors import as_gateway_error
 from adapters.inbound._shared.json_answer import json_answer
 from adapters.inbound._shared.openapi import REQUEST_ERRORS, operation_class, request_body, responses, sse_event
 from adapters.inbound._shared.problem import Problem
-from adapters.inbound._shared.ratelimit_headers import rate_limit_header_map
+from adapters.inbound._shared.ratelimit_headers import rate_limit_headers
 from adapters.inbound._shared.sse import comment_frame
 from adapters.inbound.responses import objects as o
 from adapters.inbound.responses import schema as w
@@ -72,14 +72,15 @@ def router(context: EdgeContext) -> Router:
             items = service.stream(chat, report_queue=True, record=record, consumer=consumer, heartbeat=interval)
             machine = ResponseStream(decoded.template, decoded.tools)
             frames = _frames(request, call, items, machine)
-            return await stream_response(call, frames, rate_headers=rate_limit_header_map)
+            return await stream_response(call, frames, rate_headers=rate_limit_headers)
         answer = await service.complete(chat, record, consumer)
         call.stop_watching()
         record.input_tokens = answer.usage.input_tokens
         record.output_tokens = answer.usage.output_tokens
         record.finish_reason = answer.finish_reason
-        headers = rate_limit_header_map(record.rate) if record.rate is not None else None
-        return json_answer(encode_response(answer, decoded), headers)
+        if record.rate is not None:  # sent by the edge middleware (`Call.rate_headers`)
+            call.rate_headers = rate_limit_headers(record.rate)
+        return json_answer(encode_response(answer, decoded), None)
 
     errors = ResponsesErrors(context.problem_base_url)
     return dialect_router("/v1", SURFACE, [create_response], errors, context, unknown_paths=False)
