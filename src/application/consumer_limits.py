@@ -138,7 +138,11 @@ class ConsumerLimits:
     async def admit(self, consumer: Consumer, record: RequestRecord | None = None) -> Door:
         """Steps 2 (module doc): the request count, then the consumer slot; raises `RateLimited`
         (429) or `QueueTimeout` (503). Nothing here needs the request's body."""
-        if consumer is ANONYMOUS or consumer.limits.unlimited:
+        if consumer is ANONYMOUS:
+            return OPEN_DOOR
+        limits = consumer.limits  # `limits.unlimited`, written out: a property calling a property
+        if (limits.requests_per_minute is None and limits.tokens_per_minute is None and limits.tokens_per_day is None
+                and limits.max_in_flight is None):
             return OPEN_DOOR
         snapshot = EMPTY_SNAPSHOT
         if self._usage is not None:
@@ -149,7 +153,7 @@ class ConsumerLimits:
                 raise
             if record is not None and snapshot is not EMPTY_SNAPSHOT:
                 record.rate = snapshot
-        if consumer.limits.max_in_flight is None or self._concurrency is None:
+        if limits.max_in_flight is None or self._concurrency is None:
             return OPEN_DOOR
         try:
             slot = await self._concurrency.acquire(consumer, self._wait, self._max_waiting)
@@ -162,6 +166,9 @@ class ConsumerLimits:
     def turn(self, consumer: Consumer, request: Estimable, record: RequestRecord | None) -> Turn:
         """Step 4 (module doc): the token reservation around the request's upstream call
         (`async with`); a refusal (`RateLimited`, 429) is raised on entering it."""
-        if consumer is ANONYMOUS or not consumer.limits.token_limited or self._usage is None:
+        if consumer is ANONYMOUS or self._usage is None:
+            return Turn(request)
+        limits = consumer.limits
+        if limits.tokens_per_minute is None and limits.tokens_per_day is None:  # `not limits.token_limited`
             return Turn(request)
         return _ReservedTurn(self._usage, consumer, request, record)

@@ -38,6 +38,7 @@ TOKENS_PER_IMAGE = 765  # what OpenAI charges a 512x512 tile image; a fair middl
 
 
 Estimable = ChatRequest | CompletionRequest | EmbeddingRequest
+_TEXT = (TextPart, ThinkingPart)  # a tuple made once: `A | B` in a loop makes a union per part
 
 
 def prompt_tokens(request: Estimable) -> int:
@@ -51,7 +52,7 @@ def prompt_tokens(request: Estimable) -> int:
     images = 0
     for message in request.messages:
         for part in message.content:
-            if isinstance(part, TextPart | ThinkingPart):
+            if isinstance(part, _TEXT):
                 chars += len(part.text)
             elif isinstance(part, ToolUsePart):
                 chars += len(part.name) + len(part.arguments)
@@ -116,7 +117,7 @@ class UsageMeter:
         """A whole (non-streamed) answer: its text at about four characters a token."""
         chars = 0
         for part in content:
-            if isinstance(part, TextPart | ThinkingPart):
+            if isinstance(part, _TEXT):
                 chars += len(part.text)
             elif isinstance(part, ToolUsePart):
                 chars += len(part.name) + len(part.arguments)

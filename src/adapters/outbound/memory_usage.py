@@ -42,9 +42,17 @@ class _MemoryReservation:
         self.snapshot = receipt.snapshot
 
     async def settle(self, tokens_used: int) -> None:
-        if not self._settled:
-            self._settled = True
-            self._ledger._settle(self._name, self._limits, self._receipt, tokens_used)
+        if self._settled:
+            return
+        self._settled = True
+        ledger, limits = self._ledger, self._limits
+        entry = ledger._usage.get(self._name)
+        if entry is None:  # swept meanwhile: fresh again
+            usage = ConsumerUsage()
+            usage.settle(limits, self._receipt, tokens_used, ledger._wall_time())
+            ledger._usage[self._name] = (usage, limits)
+        else:  # the state is changed in place: the table keeps it
+            entry[0].settle(limits, self._receipt, tokens_used, ledger._wall_time())
 
 
 class InMemoryUsageLedger:
@@ -70,7 +78,10 @@ class InMemoryUsageLedger:
         limits = consumer.limits
         if limits.requests_per_minute is None:
             return EMPTY_SNAPSHOT
-        entry = self._entry(consumer.name)
+        self._ops += 1  # now and then a sweep (every limited request: no helper call)
+        if self._ops % _SWEEP_EVERY == 0:
+            self._sweep()
+        entry = self._usage.get(consumer.name)
         usage = ConsumerUsage() if entry is None else entry[0]
         snapshot = usage.take_request(limits, self._wall_time())  # RateLimited: nothing taken
         if entry is None or entry[1] is not limits:  # new, or its limits changed (a reload)
@@ -79,29 +90,17 @@ class InMemoryUsageLedger:
 
     async def reserve_tokens(self, consumer: Consumer, tokens: int) -> UnlimitedReservation | _MemoryReservation:
         limits = consumer.limits
-        if not limits.token_limited:
+        if limits.tokens_per_minute is None and limits.tokens_per_day is None:  # `not limits.token_limited`
             return UNLIMITED
-        entry = self._entry(consumer.name)
+        self._ops += 1  # now and then a sweep
+        if self._ops % _SWEEP_EVERY == 0:
+            self._sweep()
+        entry = self._usage.get(consumer.name)
         usage = ConsumerUsage() if entry is None else entry[0]
         receipt = usage.reserve_tokens(limits, tokens, self._wall_time())  # RateLimited: nothing taken
         if entry is None or entry[1] is not limits:
             self._usage[consumer.name] = (usage, limits)
         return _MemoryReservation(self, consumer.name, limits, receipt)
-
-    def _entry(self, name: str) -> tuple[ConsumerUsage, ConsumerLimits] | None:
-        self._ops += 1
-        if self._ops % _SWEEP_EVERY == 0:
-            self._sweep()
-        return self._usage.get(name)
-
-    def _settle(self, name: str, limits: ConsumerLimits, receipt: Receipt, tokens_used: int) -> None:
-        entry = self._usage.get(name)
-        if entry is None:  # swept meanwhile: fresh again
-            usage = ConsumerUsage()
-            usage.settle(limits, receipt, tokens_used, self._wall_time())
-            self._usage[name] = (usage, limits)
-        else:  # the state is changed in place: the table keeps it
-            entry[0].settle(limits, receipt, tokens_used, self._wall_time())
 
     def _sweep(self) -> None:
         """Forget consumers whose counters are back to fresh (full buckets, nothing today)."""

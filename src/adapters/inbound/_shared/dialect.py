@@ -28,6 +28,7 @@ from adapters.inbound._shared.limits import InputLimits
 from adapters.inbound._shared.problem import DEFAULT_PROBLEM_BASE
 from application.chat import ChatService
 from application.completions import CompletionService, EmbeddingService
+from application.consumer_limits import OPEN_DOOR
 from domain.errors import HeadersTooLarge, MethodNotAllowed, NotFound
 from ports.consumers import CredentialStore
 from ports.telemetry import RequestObserver
@@ -92,7 +93,9 @@ def _edge_checks(
         if keys is not None:
             identify(call, request.scope["headers"], keys)
             if request.route_handler.opt.get(_METERED):
-                call.door = await service.admit(call.identity.consumer, call.record)
+                door = await service.admit(call.identity.consumer, call.record)
+                if door is not OPEN_DOOR:  # nothing taken: no release to await at the request's end
+                    call.door = door
 
     return check
 
