@@ -9,7 +9,6 @@ with exit 2 and one line naming the key and the address, before anything starts.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.contract.cli.held_port import held_port
 from tests.support.processes import OPS_LINE, ROOT, Processes, free_port, upstream_toml, wait_http
 
 GATEWAY = str(Path(sys.executable).with_name("gateway"))  # the console script of this environment
@@ -34,14 +34,6 @@ def _gateway(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
     return subprocess.run([GATEWAY, *args], capture_output=True, text=True, timeout=timeout, check=False,
                           cwd=ROOT, env=ENV)
 
-
-@contextmanager
-def _taken() -> Iterator[int]:
-    """A loopback port held (listening) by the test itself."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        yield int(sock.getsockname()[1])
 
 
 def test_help_says_what_the_gateway_is_and_lists_every_command_with_a_line() -> None:
@@ -99,7 +91,7 @@ def test_the_options_override_the_ports_of_a_config_file(procs: Processes, tmp_p
     """The config names ports held by the test: the gateway serves on the ones given instead,
     on the config's hosts."""
     plain = procs.stub()
-    with _taken() as main, _taken() as ops:
+    with held_port() as main, held_port() as ops:
         config = tmp_path / "gateway.toml"
         config.write_text(f'[server]\nlisten = "127.0.0.1:{main}"\n[ops]\nlisten = "127.0.0.1:{ops}"\n'
                           + upstream_toml("plain", plain.url, ["plain"]))
@@ -133,7 +125,7 @@ def test_a_taken_port_stops_serve_with_one_line_naming_it(tmp_path: Path, which:
     """Before anything starts (no worker forked, no Redis connection): exit 2, one line."""
     shared = WORKERS.format(uuid.uuid4().hex[:8]) if workers > 1 else "[server]\n"
     config = tmp_path / "gateway.toml"
-    with _taken() as taken:
+    with held_port() as taken:
         free = free_port()
         main, ops = (taken, free) if which == "server" else (free, taken)
         config.write_text(shared.replace("[server]\n", f'[server]\nlisten = "127.0.0.1:{main}"\n')

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.contract.cli.held_port import held_port
 from tests.support.processes import ROOT, free_port, wait_http
 
 GATEWAY = str(Path(sys.executable).with_name("gateway"))  # the console script of this environment
@@ -81,13 +82,6 @@ def _holding(port: int) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def _taken() -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        yield int(sock.getsockname()[1])
-
 
 def _refused(output: Path, key: str, address: str) -> None:
     """The last line is the one naming the taken address."""
@@ -98,7 +92,7 @@ def _refused(output: Path, key: str, address: str) -> None:
 @pytest.mark.parametrize("which", ["server", "ops"])
 def test_a_taken_port_stops_the_demo_and_its_stubs(tmp_path: Path, which: str) -> None:
     output = tmp_path / "gateway.out"
-    with _taken() as taken:
+    with held_port() as taken:
         port, ops_port = (taken, free_port()) if which == "server" else (free_port(), taken)
         code, left = _run_to_exit([GATEWAY, "serve", "--port", str(port), "--ops-port", str(ops_port)], output)
     assert "stub listening" in output.read_text()  # the stubs had started
