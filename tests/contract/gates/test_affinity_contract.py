@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, require_redis
+from tests.contract.gates.redis_support import REDIS_URL, delete_prefix, require_redis
 
 from adapters.outbound.memory_affinity import MemoryAffinityStore
 from adapters.outbound.redis_affinity import RedisAffinityStore, affinity_keys

@@ -10,83 +10,21 @@ runs the same tests on a 3-master Redis Cluster of its own (`redis_cluster = tru
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
 
 import pytest
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster as ClusterClient
-from tests.support.redis_cluster import RedisCluster
+from tests.contract.gates import redis_support
 
-from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
-from adapters.outbound.redis_gate import RedisAdmissionGate
-from adapters.outbound.redis_gate.connection import RedisTarget
-from adapters.outbound.system_clock import SystemClock
 from domain.admission.policy import AdmissionPolicy
 from domain.errors import Draining, QueueFull, QueueTimeout
 from ports.admission import GateSnapshot
 
-REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-MakeGate = Callable[[Mapping[str, AdmissionPolicy | None]], Awaitable[Any]]
+MakeGate = redis_support.MakeGate
+make_gate = redis_support.make_gate  # the fixture (memory, redis, cluster)
 
 
 def policy(cap: int = 1, depth: int = 4, timeout: float = 5.0) -> AdmissionPolicy:
     return AdmissionPolicy(max_in_flight=cap, queue_depth=depth, queue_timeout_seconds=timeout)
-
-
-async def require_redis(url: str = REDIS_URL) -> None:
-    client = Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
-    try:
-        await client.ping()
-    except Exception as error:
-        pytest.fail(f"Redis at {url} is unreachable ({error}); start it with scripts/ensure-redis")
-    finally:
-        await client.aclose()
-
-
-async def delete_prefix(prefix: str, url: str = REDIS_URL, cluster: bool = False) -> None:
-    client: Any = ClusterClient.from_url(url) if cluster else Redis.from_url(url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=500)]
-        for key in keys:  # one by one: on a cluster, keys of several slots
-            await client.delete(key)
-    finally:
-        await client.aclose()
-
-
-def redis_target(kind: str, request: pytest.FixtureRequest) -> tuple[str | RedisTarget, str]:
-    """The Redis of a test variant: the shared one, or the session's cluster (target, URL)."""
-    if kind == "cluster":
-        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
-        return RedisTarget(url=cluster.url, cluster=True), cluster.url
-    return REDIS_URL, REDIS_URL
-
-
-@pytest.fixture(params=["memory", "redis", "cluster"])
-async def make_gate(request: pytest.FixtureRequest) -> AsyncIterator[MakeGate]:
-    kind: str = request.param
-    prefix = f"gwtest-{uuid.uuid4().hex[:12]}"
-    made: list[RedisAdmissionGate] = []
-    target, url = (REDIS_URL, REDIS_URL) if kind == "memory" else redis_target(kind, request)
-    if kind != "memory":
-        await require_redis(url)
-
-    async def make(policies: Mapping[str, AdmissionPolicy | None]) -> Any:
-        if kind == "memory":
-            return InMemoryAdmissionGate(policies, SystemClock())
-        gate = RedisAdmissionGate(policies, SystemClock(), target, lease_seconds=5, key_prefix=prefix)
-        made.append(gate)
-        await gate.start()
-        return gate
-
-    yield make
-    for gate in made:
-        await gate.close()
-    if kind != "memory":
-        await delete_prefix(prefix, url, cluster=kind == "cluster")
 
 
 async def test_grants_at_once_up_to_the_cap(make_gate: MakeGate) -> None:

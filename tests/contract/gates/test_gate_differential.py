@@ -15,8 +15,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
+from tests.contract.gates.redis_support import REDIS_URL, delete_prefix, require_redis
 from tests.contract.gates.replica_gate_support import A, B, C, policy
-from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, require_redis
 
 from adapters.outbound.memory_gate.gate import InMemoryAdmissionGate
 from adapters.outbound.redis_gate import RedisAdmissionGate

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 from tests.contract.gates import replica_gate_support
+from tests.contract.gates.redis_support import REDIS_URL, delete_prefix, require_redis
 from tests.contract.gates.replica_gate_support import A, B, MakeGate, counts, eventually, granted, policy
-from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, require_redis
 from tests.support.processes import _env
 
 from adapters.outbound.redis_gate import RedisAdmissionGate, scripts

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
-from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, require_redis
+from tests.contract.gates.redis_support import REDIS_URL, delete_prefix, require_redis
 from tests.contract.gates.test_usage_contract import MIDNIGHT, WallClock, consumer
 from tests.support.redis_server import RedisServer
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as ClusterClient
-from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, redis_target, require_redis
+from tests.contract.gates.redis_support import REDIS_URL, delete_prefix, redis_target, require_redis
 
 from adapters.outbound.memory_usage import InMemoryConsumerConcurrency, InMemoryUsageLedger
 from adapters.outbound.redis_gate.connection import RedisTarget

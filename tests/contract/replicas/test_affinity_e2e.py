@@ -22,7 +22,7 @@ from pathlib import Path
 
 import anthropic
 import openai
-from tests.contract.gates.test_gate_contract import REDIS_URL, delete_prefix, require_redis
+from tests.contract.gates.redis_support import REDIS_URL, delete_prefix, require_redis
 from tests.support.conversations import converse, placement
 from tests.support.processes import Proc, Processes, upstream_toml
 from tests.support.replicas import endpoints_toml
