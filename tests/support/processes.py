@@ -227,9 +227,10 @@ class Processes:
 
         return self._spawn_on_free_port(start, port)
 
-    def stop_all(self, *, wait: bool = True) -> None:
-        """SIGTERM to every process at once (the last started first), then wait for each: their
-        shutdowns overlap instead of adding up. `wait=False`: leave the waiting to `EXITING`."""
+    def stop_all(self, *, wait: bool = False) -> None:
+        """SIGTERM to every process at once (the last started first). Their exits are waited for
+        later (`EXITING`), or with `wait` here, all at once: when their output is read next, or
+        what they talk to is stopped next."""
         for proc in reversed(self.procs):
             proc.signal(signal.SIGTERM)
         if not wait:

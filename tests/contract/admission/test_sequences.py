@@ -63,7 +63,7 @@ def edge(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         toml += f'\n[admission]\nbackend = "redis"\nredis_url = "{redis.url}"\n'
         yield Edge(procs.together(partial(procs.gateway, toml) for _ in range(2)), log)
     finally:
-        procs.stop_all()
+        procs.stop_all(wait=True)  # before their Redis
         if redis is not None:
             redis.stop()
 

@@ -99,5 +99,5 @@ async def test_sentinel_failover_under_load(procs: Processes, tmp_path: Path) ->
             assert [r.status_code for r in both] == [200, 200]
             assert _max_concurrent(log) <= 2
     finally:
-        procs.stop_all()  # before its Redis: a gateway whose Sentinels are all gone takes 10 s to stop
+        procs.stop_all(wait=True)  # before its Redis: a gateway whose Sentinels are all gone takes 10 s to stop
         redis.stop()
