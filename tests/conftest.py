@@ -12,15 +12,17 @@ from tests.support.processes import Processes
 
 @pytest.fixture
 def procs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Processes]:
-    """Start processes with `procs.stub(...)` / `procs.gateway(toml)`; all are stopped after the test.
+    """Start processes with `procs.stub(...)` / `procs.gateway(toml)`; all are stopped after the test
+    (told to stop; the next test does not wait for their exit).
 
-    When a test fails, the processes' output is printed to help find out why.
+    When a test fails, the processes' output is printed, once they have exited, to help find out why.
     """
     processes = Processes(tmp_path)
     yield processes
-    processes.stop_all()
     report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
+    failed = report is not None and report.failed
+    processes.stop_all(wait=failed)  # the next test need not wait for these to exit
+    if failed:
         for proc in processes.procs:
             print(f"--- {proc.output.name} ---\n{proc.text()[-4000:]}")
 

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 OPS_LINE = re.compile(r"gateway ops listening on http://\S+?:(\d+)")
+TOGETHER = 4  # processes started at once by `Processes.together`: both cores busy, no pile-up
 
 
 def free_port() -> int:
@@ -72,13 +77,47 @@ class Proc:
             self.popen.send_signal(sig)
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=5)
+        self.signal(signal.SIGTERM)
+        self.wait_stopped()
+
+    def wait_stopped(self, timeout: float = 10.0) -> None:
+        """Wait for the process to exit (after `signal`), killing it after `timeout` seconds."""
+        try:
+            self.popen.wait(timeout=max(timeout, 0.0))
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=5)
+
+
+class _Exiting:
+    """Processes told to stop (SIGTERM) whose exit nobody waits for at once: a gateway takes about
+    half a second to shut down (uvicorn's ticks and pauses, then the interpreter's exit), time the
+    next test can use. Each is reaped later, and killed if it takes more than 10 s; all of them
+    before the next process on a port given in advance, and before the test run ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: list[tuple[Proc, float]] = []  # (proc, when to kill it)
+
+    def add(self, procs: Iterable[Proc]) -> None:
+        with self._lock:
+            self._procs += [(proc, time.monotonic() + 10.0) for proc in procs]
+        self.reap(wait=False)
+
+    def reap(self, *, wait: bool) -> None:
+        """Collect those that have exited (and kill those past their time); with `wait`, all."""
+        with self._lock:
+            pending, self._procs = self._procs, []
+        for proc, kill_at in pending:
+            if wait or time.monotonic() > kill_at:
+                proc.wait_stopped(kill_at - time.monotonic())
+            elif proc.popen.poll() is None:
+                with self._lock:
+                    self._procs.append((proc, kill_at))
+
+
+EXITING = _Exiting()
+atexit.register(EXITING.reap, wait=True)
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], output: Path, timeout: float = 20.0) -> None:
@@ -91,7 +130,7 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], output: Path, timeout: fl
                 if response.status == 200:
                     return
         except OSError:
-            time.sleep(0.05)
+            time.sleep(0.01)  # a refused connect costs next to nothing: find the process ready soon
     raise RuntimeError(f"{url} not ready after {timeout}s:\n{output.read_text(errors='replace')}")
 
 
@@ -101,12 +140,29 @@ class Processes:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.procs: list[Proc] = []
-        self._n = 0
+        self._numbers = itertools.count(1)  # file names; `together` starts from several threads
+        self._lock = threading.Lock()
+        self._picked: set[int] = set()  # ports handed out here: two starts at once never share one
+
+    def together(self, starts: Iterable[Callable[[], Proc]]) -> list[Proc]:
+        """Run several `stub(...)`/`gateway(...)` calls at once (e.g. `functools.partial(procs.stub,
+        "--hold", "1")`), each still waiting until its process answers; their Procs in order.
+        For processes that do not need one another: a gateway needs its stubs' URLs first."""
+        calls = list(starts)
+        with ThreadPoolExecutor(min(TOGETHER, len(calls) or 1)) as pool:
+            futures = [pool.submit(call) for call in calls]
+            return [future.result() for future in futures]
+
+    def _free_port(self) -> int:
+        with self._lock:
+            while (port := free_port()) in self._picked:
+                pass
+            self._picked.add(port)
+            return port
 
     def _spawn(self, name: str, argv: list[str], port: int, health: str,
                env: dict[str, str] | None = None, host: str = "127.0.0.1") -> Proc:
-        self._n += 1
-        output = self.workdir / f"{self._n:02d}-{name}.out"
+        output = self.workdir / f"{next(self._numbers):02d}-{name}.out"
         handle = output.open("wb")
         popen = subprocess.Popen(
             argv, stdout=handle, stderr=subprocess.STDOUT, env={**_env(), **(env or {})}, cwd=ROOT
@@ -123,10 +179,11 @@ class Processes:
         listener's `:0`, the gateway's own ops listener's included, can land on it in between):
         up to 3 tries."""
         if port is not None:
+            EXITING.reap(wait=True)  # a process of an earlier test may still hold that port
             return start(port)
         for attempt in range(3):
             try:
-                return start(free_port())
+                return start(self._free_port())
             except RuntimeError as error:
                 if "address already in use" not in str(error).lower() or attempt == 2:
                     raise
@@ -155,8 +212,7 @@ class Processes:
         a free port (`proc.ops_url`), unless `toml` has an `[ops]` table of its own.
         """
         def start(port: int) -> Proc:
-            self._n += 1
-            config = self.workdir / f"gateway-{self._n}.toml"
+            config = self.workdir / f"gateway-{next(self._numbers)}.toml"
             ops = "" if "[ops]" in toml else f'\n[ops]\nlisten = "{ops_listen}"\n'
             config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{server_extra}\n' + toml + ops)
             command = launcher or [sys.executable, "-m", "cli", "serve"]
@@ -171,9 +227,17 @@ class Processes:
 
         return self._spawn_on_free_port(start, port)
 
-    def stop_all(self) -> None:
+    def stop_all(self, *, wait: bool = False) -> None:
+        """SIGTERM to every process at once (the last started first). Their exits are waited for
+        later (`EXITING`), or with `wait` here, all at once: when their output is read next, or
+        what they talk to is stopped next."""
         for proc in reversed(self.procs):
-            proc.stop()
+            proc.signal(signal.SIGTERM)
+        if not wait:
+            EXITING.add(reversed(self.procs))
+            return
+        for proc in reversed(self.procs):
+            proc.wait_stopped()
 
 
 def upstream_toml(name: str, url: str, models: list[str], admission: dict[str, float] | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from pathlib import Path
 
 from tests.contract.admission.e2e_support import (
@@ -84,8 +85,9 @@ async def test_queued_hang_ups_never_reach_the_upstream(procs: Processes, tmp_pa
 
 async def test_mid_request_hang_up_frees_the_slot_at_once(procs: Processes, tmp_path: Path) -> None:
     logs = {"held": tmp_path / "held.log", "slow": tmp_path / "slow.log"}
-    held = procs.stub("--hold", "5", log=logs["held"])  # non-streaming answers wait 5 s
-    slow = procs.stub("--chunk-delay", "0.2", "--tokens", "60", log=logs["slow"])  # 12 s streams
+    held, slow = procs.together([
+        partial(procs.stub, "--hold", "5", log=logs["held"]),  # non-streaming answers wait 5 s
+        partial(procs.stub, "--chunk-delay", "0.2", "--tokens", "60", log=logs["slow"])])  # 12 s streams
     gw = procs.gateway(upstream_toml("held", held.url, ["held"], CAP_1)
                        + upstream_toml("slow", slow.url, ["slow"], CAP_1))
     cases = [("v1", False, "held"), ("llm", False, "held"), ("llm", True, "slow"), ("v1", True, "slow")]
@@ -170,8 +172,7 @@ async def test_saturated_upstream_shares_one_cap_and_blocks_no_other(
     procs: Processes, tmp_path: Path
 ) -> None:
     log = tmp_path / "stub.log"
-    reasoning = procs.stub("--hold", "1.5", log=log)
-    qwen = procs.stub()
+    reasoning, qwen = procs.together([partial(procs.stub, "--hold", "1.5", log=log), procs.stub])
     gw = procs.gateway(
         upstream_toml("reasoning", reasoning.url, ["reasoning", "reasoning-b"], admission(2, 2))
         + upstream_toml("qwen", qwen.url, ["qwen2.5:3b-instruct"]))

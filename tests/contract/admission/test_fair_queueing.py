@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,7 @@ async def test_three_processes_on_one_redis_keep_the_fair_order(procs: Processes
     toml += f'\n[auth]\nmode = "required"\nkeys_file = "{_keys_file(tmp_path / "keys.toml")}"\n'
     toml += (f'\n[admission]\nbackend = "redis"\nredis_url = "redis://127.0.0.1:6379/0"\n'
              f'key_prefix = "{tmp_path.name}"\n')
-    gateways = [procs.gateway(toml) for _ in range(3)]
+    gateways = procs.together(partial(procs.gateway, toml) for _ in range(3))
     plan = [("A", i) for i in range(30)] + [("B", i) for i in range(5)] + [("C", 0)]
     seen_at: dict[str, int] = {}
     async with httpx.AsyncClient(timeout=httpx.Timeout(90.0), limits=httpx.Limits(max_connections=100)) as c:

@@ -15,6 +15,7 @@ import asyncio
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -50,8 +51,9 @@ def edge(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     log = workdir / "stub.log"
     redis = RedisServer(workdir) if request.param == "redis" else None
     try:
-        stub = procs.stub("--tokens", "4", "--hold", "0.25", "--max-num-seqs", "6", log=log)
-        wide = procs.stub("--tokens", "2")
+        stub, wide = procs.together([
+            partial(procs.stub, "--tokens", "4", "--hold", "0.25", "--max-num-seqs", "6", log=log),
+            partial(procs.stub, "--tokens", "2")])
         toml = (upstream_toml(MODEL, stub.url, [MODEL], CAP, extra="max_choices = 4\n")
                 + upstream_toml(WIDE, wide.url, [WIDE], CAP, extra="max_choices = 8\n"))
         if redis is None:
@@ -59,9 +61,9 @@ def edge(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             return
         redis.start()
         toml += f'\n[admission]\nbackend = "redis"\nredis_url = "{redis.url}"\n'
-        yield Edge([procs.gateway(toml), procs.gateway(toml)], log)
+        yield Edge(procs.together(partial(procs.gateway, toml) for _ in range(2)), log)
     finally:
-        procs.stop_all()
+        procs.stop_all(wait=True)  # before their Redis
         if redis is not None:
             redis.stop()
 

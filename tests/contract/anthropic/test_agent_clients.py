@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     workdir = tmp_path_factory.mktemp("agent-clients")
     procs = Processes(workdir)
     try:
-        big = procs.stub("--tokens", "4", log=workdir / "big.log")
-        small = procs.stub("--tokens", "4", log=workdir / "small.log")
-        tight = procs.stub("--fault", "http-4xx")
+        big, small, tight = procs.together([partial(procs.stub, "--tokens", "4", log=workdir / "big.log"),
+                                            partial(procs.stub, "--tokens", "4", log=workdir / "small.log"),
+                                            partial(procs.stub, "--fault", "http-4xx")])
         toml = (upstream_toml("big", big.url, ["reasoning"], extra='aliases = ["claude-sonnet-*", "claude-opus-*"]\n')
                 + upstream_toml("small", small.url, ["qwen2.5:3b-instruct"], extra='aliases = ["claude-haiku-*"]\n')
                 + upstream_toml("tight", tight.url, ["tight"]))  # fmt: skip

@@ -11,6 +11,7 @@ import asyncio
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any
 
 import anthropic
@@ -37,8 +38,9 @@ CAP_ONE: dict[str, float] = {
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     procs = Processes(tmp_path_factory.mktemp("anthropic-sdk"))
     try:
-        plain, thinker = procs.stub("--tokens", "8"), procs.stub("--reasoning", "--tokens", "4")
-        broken, held = procs.stub("--error-rate", "1"), procs.stub("--hold", "1.5", "--tokens", "2")
+        plain, thinker, broken, held = procs.together([
+            partial(procs.stub, "--tokens", "8"), partial(procs.stub, "--reasoning", "--tokens", "4"),
+            partial(procs.stub, "--error-rate", "1"), partial(procs.stub, "--hold", "1.5", "--tokens", "2")])
         toml = (f"max_body_bytes = {MAX_BODY}\nping_interval_seconds = 0.5\n"
                 "queue_update_interval_seconds = 0.2\n"
                 + upstream_toml("plain", plain.url, ["plain"])

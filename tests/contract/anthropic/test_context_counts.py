@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any
 
 import anthropic
@@ -33,8 +34,8 @@ ADMISSION = {"sequence_slots": 4, "max_in_flight": 3, "queue_depth": 4, "queue_t
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     procs = Processes(tmp_path_factory.mktemp("context-counts"))
     try:
-        tight = procs.stub("--max-model-len", str(LIMIT), "--tokens", "16")
-        replica = procs.stub("--max-model-len", str(LIMIT), "--tokens", "16")
+        tight, replica = procs.together(partial(procs.stub, "--max-model-len", str(LIMIT), "--tokens", "16")
+                                        for _ in range(2))
         toml = (upstream_toml("tight", tight.url, ["tight"])
                 + upstream_toml("replicated", NOWHERE, ["replicated"], ADMISSION)
                 + endpoints_toml("replicated", urls=[replica.url]))  # fmt: skip

@@ -9,8 +9,11 @@ answer's usage is still the upstream's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import anthropic
 import httpx
+import pytest
 from tests.contract.admission.e2e_support import body, http_client
 from tests.support.anthropic_grammar import check_anthropic_stream
 from tests.support.processes import Processes, upstream_toml
@@ -18,13 +21,18 @@ from tests.support.processes import Processes, upstream_toml
 PINGS = "ping_interval_seconds = 0.1\n"
 
 
-def _slow_gateway(procs: Processes) -> str:
-    stub = procs.stub("--chunk-delay", "0.35", "--tokens", "3")
-    return procs.gateway(upstream_toml("reasoning", stub.url, ["reasoning"]), server_extra=PINGS).url
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway over a slow stub (0.35 s between tokens), pinging every 0.1 s: the tests only stream through it."""
+    procs = Processes(tmp_path_factory.mktemp("pings"))
+    try:
+        stub = procs.stub("--chunk-delay", "0.35", "--tokens", "3")
+        yield procs.gateway(upstream_toml("reasoning", stub.url, ["reasoning"]), server_extra=PINGS).url
+    finally:
+        procs.stop_all()
 
 
-async def test_a_slow_llm_stream_pings_inside_the_message_and_loses_no_token(procs: Processes) -> None:
-    url = _slow_gateway(procs)
+async def test_a_slow_llm_stream_pings_inside_the_message_and_loses_no_token(url: str) -> None:
     async with http_client() as c:
         fast = await c.post(url + "/llm/v1/messages", json=body("llm", "reasoning", True))
         async with c.stream("POST", url + "/llm/v1/messages", json=body("llm", "reasoning", True)) as response:
@@ -42,8 +50,7 @@ async def test_a_slow_llm_stream_pings_inside_the_message_and_loses_no_token(pro
     assert text == "".join(e.data["delta"].get("text", "") for e in fast_events if e.name == "content_block_delta")
 
 
-async def test_the_anthropic_sdk_reads_a_stream_with_pings(procs: Processes) -> None:
-    url = _slow_gateway(procs)
+async def test_the_anthropic_sdk_reads_a_stream_with_pings(url: str) -> None:
     client = anthropic.AsyncAnthropic(base_url=url + "/llm", api_key="unused", max_retries=0)
     async with client.messages.stream(
         model="reasoning", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
@@ -54,8 +61,7 @@ async def test_the_anthropic_sdk_reads_a_stream_with_pings(procs: Processes) -> 
     await client.close()
 
 
-async def test_a_slow_responses_stream_sends_keep_alive_comments(procs: Processes) -> None:
-    url = _slow_gateway(procs)
+async def test_a_slow_responses_stream_sends_keep_alive_comments(url: str) -> None:
     async with httpx.AsyncClient(timeout=30) as c:
         payload = {"model": "reasoning", "input": "hi", "stream": True}
         async with c.stream("POST", url + "/v1/responses", json=payload) as response:

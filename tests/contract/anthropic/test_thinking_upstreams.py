@@ -13,6 +13,7 @@ import json
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Processes,
     procs = Processes(workdir)
     try:
         names = {"plain": (), "streamed": (), "chat": (), "off": (), "strict": (), "thinker": ("--reasoning",)}
-        yield procs, {name: _stub(procs, workdir, name, *flags) for name, flags in names.items()}
+        started = procs.together(partial(_stub, procs, workdir, name, *flags) for name, flags in names.items())
+        yield procs, dict(zip(names, started, strict=True))
     finally:
         procs.stop_all()
 

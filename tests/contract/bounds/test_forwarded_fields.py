@@ -14,6 +14,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,8 @@ def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     try:
         stub = procs.stub("--tokens", "4", "--log-bodies", log=log)
         toml = upstream_toml(MODEL, stub.url, [MODEL]) + auth
-        yield Edge((procs.gateway(toml), procs.gateway(toml)), log)
+        first, second = procs.together(partial(procs.gateway, toml) for _ in range(2))
+        yield Edge((first, second), log)
     finally:
         procs.stop_all()
 

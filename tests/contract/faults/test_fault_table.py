@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import aiohttp
 import pytest
@@ -86,13 +87,12 @@ def upstream_name(fault: str) -> str:
 def fault_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     processes = Processes(tmp_path_factory.mktemp("faults"))
     try:
-        toml = ""
-        for fault in FAULTS:
-            if fault == "refused":
-                url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-            else:
-                url = processes.stub("--fault", fault, "--tokens", "8").url
-            toml += upstream_toml(upstream_name(fault), url, [fault], ADMISSION, TIMEOUTS)
+        faulty = [fault for fault in FAULTS if fault != "refused"]
+        stubs = processes.together(partial(processes.stub, "--fault", fault, "--tokens", "8") for fault in faulty)
+        urls = {fault: stub.url for fault, stub in zip(faulty, stubs, strict=True)}
+        urls["refused"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        toml = "".join(upstream_toml(upstream_name(fault), urls[fault], [fault], ADMISSION, TIMEOUTS)
+                       for fault in FAULTS)
         yield processes.gateway(toml)
     finally:
         processes.stop_all()

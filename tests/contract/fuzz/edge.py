@@ -89,7 +89,7 @@ def running_edge(workdir: Path, server: dict[str, Any] | None = None) -> Iterato
         gateway = procs.gateway(gateway_toml(stub.url, server))
         yield Edge(gateway, stub)
     finally:
-        procs.stop_all()
+        procs.stop_all(wait=True)  # what they printed while stopping is read next
         for proc in procs.procs:
             text = proc.text()
             if "Traceback" in text or "unhandled error" in text:

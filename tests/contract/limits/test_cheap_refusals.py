@@ -2,6 +2,9 @@
 count and its in-flight slot are decided before the body is read; only token limits wait
 for the decoded body. `count_tokens` counts like any request, and so does every other path
 that reaches a model (`/v1/responses`, `/v1/completions`, `/v1/embeddings`).
+
+The tests of one kind share a gateway; each has a consumer of its own (its own quota and
+slot), so no test spends what another one counts on.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 import httpx
@@ -18,6 +21,8 @@ import pytest
 from aiohttp import web
 from tests.contract.limits.test_consumer_limits import LIMITED_KEY, OTHER_KEY, USER, _auth, _keys, _metrics
 from tests.support.processes import Proc, Processes, free_port, upstream_toml
+
+from adapters.outbound.keys_file import keys_entry, new_key
 
 PATHS = {"/v1": "/v1/chat/completions", "/llm": "/llm/v1/messages", "responses": "/v1/responses",
          "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
@@ -29,6 +34,43 @@ BODIES: dict[str, dict[str, object]] = {
     "/v1/completions": {"model": "plain", "prompt": "hi", "max_tokens": 8},
     "/v1/embeddings": {"model": "plain", "input": "hi"},
 }
+
+
+def _consumer(kind: str, surface: str) -> str:
+    """The consumer of one test (`body-v1`, `waiter-llm`, ...)."""
+    return f"{kind}-{surface.strip('/')}"
+
+
+KEYS = {_consumer(kind, surface): new_key() for kind in ("body", "head", "waiter") for surface in PATHS}
+
+
+def _shared_gateway(workdir: Path, stub_args: tuple[str, ...], kinds: Iterable[str], limits: str,
+                    extra: str = "") -> Iterator[Proc]:
+    """One gateway over one stub for the tests of `kinds`: each test's consumer with `limits`,
+    and `other` without any."""
+    keys = workdir / "keys.toml"
+    keys.write_text("".join(keys_entry(_consumer(kind, surface), KEYS[_consumer(kind, surface)]) + limits + "\n"
+                            for kind in kinds for surface in PATHS) + keys_entry("other", OTHER_KEY))
+    procs = Processes(workdir)
+    try:
+        stub = procs.stub(*stub_args)
+        yield procs.gateway(upstream_toml("plain", stub.url, ["plain"]) + _auth(keys) + extra)
+    finally:
+        procs.stop_all()
+
+
+@pytest.fixture(scope="module")
+def quota_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """Every test's consumer may send one request a minute."""
+    yield from _shared_gateway(tmp_path_factory.mktemp("quota"), ("--tokens", "2"), ("body", "head"),
+                               "requests_per_minute = 1")
+
+
+@pytest.fixture(scope="module")
+def waiting_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """Every test's consumer has one slot and one waiting place; the stub holds each answer 1.5 s."""
+    yield from _shared_gateway(tmp_path_factory.mktemp("waiting"), ("--tokens", "2", "--hold", "1.5"), ("waiter",),
+                               "max_in_flight = 1", extra="max_waiting_per_consumer = 1\n")
 
 
 async def _post(c: httpx.AsyncClient, gw: Proc, path: str, key: str, content: bytes | None = None) -> httpx.Response:
@@ -49,16 +91,14 @@ def _check_429(answer: httpx.Response, path: str, limit_type: str = "requests") 
 
 
 @pytest.mark.parametrize("surface", sorted(PATHS))
-async def test_a_rate_limited_keys_body_is_never_parsed(procs: Processes, tmp_path: Path, surface: str) -> None:
+async def test_a_rate_limited_keys_body_is_never_parsed(quota_gateway: Proc, surface: str) -> None:
     """3 MB of invalid JSON from a key over its requests_per_minute: 429, not 400."""
-    stub = procs.stub("--tokens", "2")
-    gw = procs.gateway(upstream_toml("plain", stub.url, ["plain"])
-                       + _auth(_keys(tmp_path / "keys.toml", "requests_per_minute = 1")))
+    gw, key = quota_gateway, KEYS[_consumer("body", surface)]
     path = PATHS[surface]
     async with httpx.AsyncClient(timeout=30) as c:
-        assert (await _post(c, gw, path, LIMITED_KEY)).status_code == 200
+        assert (await _post(c, gw, path, key)).status_code == 200
         garbage = b'{"model": "plain", "input": [' + b"x" * 3_000_000
-        _check_429(await _post(c, gw, path, LIMITED_KEY, garbage), path)
+        _check_429(await _post(c, gw, path, key, garbage), path)
         # the same body from a key with quota is read and refused as what it is
         assert (await _post(c, gw, path, OTHER_KEY, garbage)).status_code == 400
 
@@ -69,18 +109,14 @@ def _head(path: str, key: str, length: int) -> bytes:
 
 
 @pytest.mark.parametrize("surface", sorted(PATHS))
-async def test_a_key_without_quota_is_refused_before_its_body_is_sent(
-    procs: Processes, tmp_path: Path, surface: str
-) -> None:
+async def test_a_key_without_quota_is_refused_before_its_body_is_sent(quota_gateway: Proc, surface: str) -> None:
     """The client sends only the head of a 4 MiB request: the 429 comes back without the body."""
-    stub = procs.stub("--tokens", "2")
-    gw = procs.gateway(upstream_toml("plain", stub.url, ["plain"])
-                       + _auth(_keys(tmp_path / "keys.toml", "requests_per_minute = 1")))
+    gw, key = quota_gateway, KEYS[_consumer("head", surface)]
     path = PATHS[surface]
     async with httpx.AsyncClient(timeout=30) as c:
-        assert (await _post(c, gw, path, LIMITED_KEY)).status_code == 200
+        assert (await _post(c, gw, path, key)).status_code == 200
     with socket.create_connection(("127.0.0.1", gw.port)) as sock:
-        sock.sendall(_head(path, LIMITED_KEY, 4 * 1024 * 1024))  # the head only: not a byte of the body
+        sock.sendall(_head(path, key, 4 * 1024 * 1024))  # the head only: not a byte of the body
         sock.settimeout(5)  # well below body_timeout_seconds (30): a gateway reading the body would wait
         answer = sock.recv(65536)
     assert answer.startswith(b"HTTP/1.1 429 "), answer[:200]
@@ -131,21 +167,19 @@ async def test_count_tokens_counts_toward_the_consumers_limits(
 
 
 @pytest.mark.parametrize("surface", sorted(PATHS))
-async def test_waiters_for_a_consumer_slot_are_bounded(procs: Processes, tmp_path: Path, surface: str) -> None:
+async def test_waiters_for_a_consumer_slot_are_bounded(waiting_gateway: Proc, surface: str) -> None:
     """max_in_flight = 1 and max_waiting_per_consumer = 1: one runs, one waits, the third is the
     consumer's own 429 at once; another consumer still gets in (the pool is not exhausted)."""
-    stub = procs.stub("--tokens", "2", "--hold", "1.5")
-    keys = _keys(tmp_path / "keys.toml", "max_in_flight = 1")
-    gw = procs.gateway(upstream_toml("plain", stub.url, ["plain"]) + _auth(keys)
-                       + "max_waiting_per_consumer = 1\n")
+    gw, consumer = waiting_gateway, _consumer("waiter", surface)
+    key = KEYS[consumer]
     path = PATHS[surface]
     async with httpx.AsyncClient(timeout=30) as c:
-        running = asyncio.create_task(_post(c, gw, path, LIMITED_KEY))
+        running = asyncio.create_task(_post(c, gw, path, key))
         await asyncio.sleep(0.3)
-        waiting = asyncio.create_task(_post(c, gw, path, LIMITED_KEY))
+        waiting = asyncio.create_task(_post(c, gw, path, key))
         await asyncio.sleep(0.3)
         started = time.monotonic()
-        refused = await _post(c, gw, path, LIMITED_KEY)
+        refused = await _post(c, gw, path, key)
         assert time.monotonic() - started < 1.0  # at once, not after a wait
         _check_429(refused, path)
         assert "waiting" in refused.text
@@ -153,5 +187,5 @@ async def test_waiters_for_a_consumer_slot_are_bounded(procs: Processes, tmp_pat
         assert other.status_code == 200
         assert (await running).status_code == 200 and (await waiting).status_code == 200
         counted = [v for name, labels, v in await _metrics(c, gw) if name == "gateway_rate_limited_total"
-                   and labels == {"consumer": "limited", "limit": "max_in_flight"}]
+                   and labels == {"consumer": consumer, "limit": "max_in_flight"}]
         assert counted == [1]

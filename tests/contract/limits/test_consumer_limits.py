@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import anthropic
@@ -65,8 +66,8 @@ async def test_rpm_over_three_processes_on_one_redis(procs: Processes, redis: Re
     stub = procs.stub("--tokens", "2")
     keys = _keys(tmp_path / "keys.toml", "requests_per_minute = 10")
     shared = f'\n[admission]\nbackend = "redis"\nredis_url = "{redis.url}"\n'
-    gateways = [procs.gateway(upstream_toml("plain", stub.url, ["plain"]) + _auth(keys) + shared)
-                for _ in range(3)]
+    gateways = procs.together(partial(procs.gateway, upstream_toml("plain", stub.url, ["plain"]) + _auth(keys) + shared)
+                              for _ in range(3))
     async with httpx.AsyncClient(timeout=20) as c:
         answers = await asyncio.gather(*(_post(c, gateways[n % 3], LIMITED_KEY) for n in range(30)))
         statuses = sorted(a.status_code for a in answers)
@@ -130,8 +131,7 @@ async def test_a_429_takes_no_queue_place_or_slot(procs: Processes, tmp_path: Pa
 
 async def test_max_in_flight_holds_across_upstreams(procs: Processes, tmp_path: Path) -> None:
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
-    a = procs.stub("--hold", "0.4", "--tokens", "2", log=log_a)
-    b = procs.stub("--hold", "0.4", "--tokens", "2", log=log_b)
+    a, b = procs.together(partial(procs.stub, "--hold", "0.4", "--tokens", "2", log=log) for log in (log_a, log_b))
     keys = _keys(tmp_path / "keys.toml", "max_in_flight = 2")
     gw = procs.gateway(upstream_toml("a", a.url, ["a"]) + upstream_toml("b", b.url, ["b"]) + _auth(keys))
     async with httpx.AsyncClient(timeout=30) as c:

@@ -8,6 +8,7 @@ and a plain one (which reports nothing: nothing is invented).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any
 
 import anthropic
@@ -27,8 +28,9 @@ def conversation(tag: str, question: str = "and then?") -> Any:
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     procs = Processes(tmp_path_factory.mktemp("cached-tokens"))
     try:
-        cached = procs.stub("--prefix-cache", "--prefill-ms-per-1k-tokens", "1", "--tokens", "4")
-        plain = procs.stub("--tokens", "4")
+        cached, plain = procs.together([
+            partial(procs.stub, "--prefix-cache", "--prefill-ms-per-1k-tokens", "1", "--tokens", "4"),
+            partial(procs.stub, "--tokens", "4")])
         yield procs.gateway(upstream_toml("cached", cached.url, ["cached"])
                             + upstream_toml("plain", plain.url, ["plain"]))
     finally:

@@ -37,7 +37,7 @@ def capture() -> Iterator[CaptureServer]:
 def gateway(tmp_path_factory: pytest.TempPathFactory, capture: CaptureServer) -> Iterator[Proc]:
     procs = Processes(tmp_path_factory.mktemp("completions"))
     try:
-        coder, embedder = procs.stub(), procs.stub()  # an embedding model is usually its own upstream
+        coder, embedder = procs.together([procs.stub, procs.stub])  # an embedding model is usually its own upstream
         toml = (upstream_toml("coder", coder.url, ["coder"], extra='aliases = ["coder-*"]\nmax_output_tokens = 64\n')
                 + upstream_toml("embed", embedder.url, ["embed"])
                 + upstream_toml("capture", capture.url, ["capture"]))  # fmt: skip

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -89,7 +90,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, capture: CaptureServer) ->
     """One gateway over every kind of upstream; each model name picks one."""
     procs = Processes(tmp_path_factory.mktemp("openai-sdk"))
     try:
-        stub, broken = procs.stub(), procs.stub("--error-rate", "1")
+        stub, broken = procs.together([procs.stub, partial(procs.stub, "--error-rate", "1")])
         toml = (f"max_body_bytes = {MAX_BODY}\n"
                 + upstream_toml("reasoning", stub.url, ["reasoning"])
                 + upstream_toml("broken", broken.url, ["broken"])

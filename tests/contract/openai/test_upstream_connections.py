@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import threading
 from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -122,10 +123,11 @@ def test_an_https_upstream_is_verified_against_the_trusted_cas(
     procs: Processes, tls_upstream: tuple[str, Path]
 ) -> None:
     url, cert = tls_upstream
-    trusting = procs.gateway(upstream_toml("old", url, ["old"]), env={"SSL_CERT_FILE": str(cert)})
+    trusting, untrusting = procs.together([  # the second with the system CAs only
+        partial(procs.gateway, upstream_toml("old", url, ["old"]), env={"SSL_CERT_FILE": str(cert)}),
+        partial(procs.gateway, upstream_toml("old", url, ["old"]))])
     for _ in range(3):  # TLS on pooled keep-alive connections
         assert ask(client(trusting.url), "old") == "ok"
-    untrusting = procs.gateway(upstream_toml("old", url, ["old"]))  # the system CAs only
     with pytest.raises(openai.APIStatusError) as refused:
         ask(client(untrusting.url), "old")
     assert refused.value.status_code == 502 and "unreachable" in refused.value.message

@@ -138,7 +138,7 @@ def test_a_plain_answer_nobody_reads_is_dropped_with_its_connection(procs: Proce
     gw = _gateway(procs, stub)
     stalled = _stalled_reader(gw.port, _request(PATHS["/v1"], False, 2_000_000))
     try:
-        time.sleep(WRITE_TIMEOUT + MARGIN / 2)
+        _wait_for(lambda: "the client stopped reading its answer" in gw.text(), WRITE_TIMEOUT + MARGIN)
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         stalled.settimeout(10)
         received = b""

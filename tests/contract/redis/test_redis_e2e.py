@@ -11,6 +11,7 @@ import collections
 import signal
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -57,7 +58,7 @@ def _max_concurrent(log: Path) -> int:
 async def test_three_processes_share_one_cap(procs: Processes, redis: RedisServer, tmp_path: Path) -> None:
     log = tmp_path / "stub.log"
     stub = procs.stub("--hold", "2", log=log)
-    gateways = [procs.gateway(_toml(redis, stub.url, cap=6, depth=8)) for _ in range(3)]
+    gateways = procs.together(partial(procs.gateway, _toml(redis, stub.url, cap=6, depth=8)) for _ in range(3))
     async with aiohttp.ClientSession() as http:
         statuses = await asyncio.gather(*(
             _post(http, gateways[i % 3].url, "v1" if i % 2 else "llm") for i in range(60)))
@@ -72,7 +73,8 @@ async def test_arrival_order_holds_across_processes(procs: Processes, redis: Red
     log = tmp_path / "stub.log"
     stub = procs.stub("--hold", "0.6", log=log)
     models = [f"m{i}" for i in range(6)]
-    gateways = [procs.gateway(_toml(redis, stub.url, cap=1, depth=8, models=models)) for _ in range(3)]
+    gateways = procs.together(partial(procs.gateway, _toml(redis, stub.url, cap=1, depth=8, models=models))
+                              for _ in range(3))
     async with aiohttp.ClientSession() as http:
         tasks = []
         for i, model in enumerate(models):
@@ -88,8 +90,8 @@ async def test_arrival_order_holds_across_processes(procs: Processes, redis: Red
 async def test_killed_process_gives_its_slots_back(procs: Processes, redis: RedisServer, tmp_path: Path) -> None:
     log = tmp_path / "stub.log"
     stub = procs.stub("--hold", "20", log=log)
-    victim = procs.gateway(_toml(redis, stub.url, cap=2, depth=4, lease=1.0))
-    survivor = procs.gateway(_toml(redis, stub.url, cap=2, depth=4, lease=1.0))
+    victim, survivor = procs.together(partial(procs.gateway, _toml(redis, stub.url, cap=2, depth=4, lease=1.0))
+                                      for _ in range(2))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         held = [asyncio.create_task(_post(http, victim.url, "v1")) for _ in range(2)]
         await _wait_lines(log, 2)
@@ -107,8 +109,7 @@ async def test_killed_process_gives_its_slots_back(procs: Processes, redis: Redi
 
 
 async def test_redis_down_fails_closed_and_recovers(procs: Processes, redis: RedisServer) -> None:
-    stub = procs.stub()
-    other = procs.stub()
+    stub, other = procs.together([procs.stub, procs.stub])
     gateway = procs.gateway(_toml(redis, stub.url, cap=2, depth=2, extra=upstream_toml("qwen", other.url, ["qwen"])))
     async with aiohttp.ClientSession() as http:
         assert await _post(http, gateway.url, "v1") == 200

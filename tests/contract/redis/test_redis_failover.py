@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+from tests.contract.admission.e2e_support import until
 from tests.support.metrics import gauge, samples
 from tests.support.processes import Processes, upstream_toml
 from tests.support.redis_cluster import RedisSentinels
@@ -60,17 +61,21 @@ async def test_sentinel_failover_under_load(procs: Processes, tmp_path: Path) ->
                      and status == 200]
             return min(after) - killed_at if after and killed_at is not None else None
 
+        def served(since: float) -> int:
+            return sum(1 for sent, status, _ in replies if sent >= since and status == 200)
+
         async with httpx.AsyncClient(timeout=30) as c:
             load = [asyncio.create_task(client(c)) for _ in range(5)]
-            await asyncio.sleep(3)
-            assert sum(1 for _, status, _ in replies if status == 200) >= 4, replies  # serving on the first master
+            await until(lambda: served(0.0) >= 4, "serving on the first master")
             redis.kill(redis.master)
             killed_at = time.monotonic()
             for _ in range(100):  # up to 20 s
                 if recovered() is not None:
                     break
                 await asyncio.sleep(0.2)
-            await asyncio.sleep(2)  # some more load on the new master
+            if (back := recovered()) is not None:  # some more load on the new master (5 clients, cap 2)
+                new_master_from = killed_at + back
+                await until(lambda: served(new_master_from) >= 8, "more load served on the new master")
             stop_at = time.monotonic()
             await asyncio.gather(*load)
             back = recovered()
@@ -94,4 +99,5 @@ async def test_sentinel_failover_under_load(procs: Processes, tmp_path: Path) ->
             assert [r.status_code for r in both] == [200, 200]
             assert _max_concurrent(log) <= 2
     finally:
+        procs.stop_all(wait=True)  # before its Redis: a gateway whose Sentinels are all gone takes 10 s to stop
         redis.stop()

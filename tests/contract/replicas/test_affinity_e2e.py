@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from functools import partial
 from pathlib import Path
 
 import anthropic
@@ -41,7 +42,7 @@ def agents_toml(urls: list[str], affinity: str = "prefix") -> str:
 
 def replicas(procs: Processes, tmp_path: Path) -> tuple[list[Proc], list[Path]]:
     logs = [tmp_path / f"replica-{n}.log" for n in range(3)]
-    return [procs.stub(*STUB, log=log) for log in logs], logs
+    return procs.together(partial(procs.stub, *STUB, log=log) for log in logs), logs
 
 
 async def test_conversations_stay_on_their_replica_and_find_their_prefix_cached(
@@ -81,7 +82,8 @@ async def test_three_processes_on_one_redis_share_the_affinity_memory(procs: Pro
     try:
         stubs, logs = replicas(procs, tmp_path)
         shared = f'[admission]\nbackend = "redis"\nredis_url = "{REDIS_URL}"\nkey_prefix = "{prefix}"\n'
-        gateways = [procs.gateway(shared + agents_toml([s.url for s in stubs])) for _ in range(3)]
+        gateways = procs.together(partial(procs.gateway, shared + agents_toml([s.url for s in stubs]))
+                                  for _ in range(3))
         turns = await converse([g.url for g in gateways], "agents")
         assert len(turns) == 60 and {t.status for t in turns} == {200}
         where = placement(logs)

@@ -23,6 +23,7 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,9 @@ class Driver:
 async def test_a_failing_replica_is_ejected_retried_around_and_ejected_for_twice_as_long_when_back(
     procs: Processes, tmp_path: Path
 ) -> None:
-    good = [procs.stub(log=tmp_path / f"{n}.log") for n in "ab"]
-    bad = procs.stub("--fault", "reset-before-headers", "--fault-after", "10", log=tmp_path / "c.log")
+    *good, bad = procs.together([
+        *(partial(procs.stub, log=tmp_path / f"{n}.log") for n in "ab"),
+        partial(procs.stub, "--fault", "reset-before-headers", "--fault-after", "10", log=tmp_path / "c.log")])
     gw = procs.gateway(health_toml([s.url for s in (*good, bad)], consecutive_failures=5,
                                    base_ejection_seconds=1.0, max_ejection_seconds=10, load_metrics=False))
     transitions: list[tuple[float, float]] = []  # (when, replicas ejected then), each change
@@ -139,7 +141,8 @@ async def test_a_failing_replica_is_ejected_retried_around_and_ejected_for_twice
 
 
 async def test_of_two_failing_replicas_the_last_eligible_one_is_never_ejected(procs: Processes, tmp_path: Path) -> None:
-    stubs = [procs.stub("--fault", "reset-before-headers", log=tmp_path / f"{n}.log") for n in "ab"]
+    stubs = procs.together(partial(procs.stub, "--fault", "reset-before-headers", log=tmp_path / f"{n}.log")
+                           for n in "ab")
     gw = procs.gateway(health_toml([s.url for s in stubs], consecutive_failures=3, base_ejection_seconds=30,
                                    max_ejection_percent=100, load_metrics=False))
     async with http_client() as c:
@@ -155,8 +158,8 @@ async def test_of_two_failing_replicas_the_last_eligible_one_is_never_ejected(pr
 
 
 async def test_a_4xx_from_a_replica_never_ejects_it(procs: Processes, tmp_path: Path) -> None:
-    refusing = procs.stub("--fault", "http-4xx", log=tmp_path / "a.log")
-    fine = procs.stub(log=tmp_path / "b.log")
+    refusing, fine = procs.together([partial(procs.stub, "--fault", "http-4xx", log=tmp_path / "a.log"),
+                                     partial(procs.stub, log=tmp_path / "b.log")])
     gw = procs.gateway(health_toml([refusing.url, fine.url], consecutive_failures=2, base_ejection_seconds=30,
                                    load_metrics=False))
     async with http_client() as c:
@@ -190,8 +193,9 @@ async def reported(c: httpx.AsyncClient, url: str) -> tuple[int, int]:
 async def test_a_replica_loaded_from_outside_gets_nothing_until_its_queue_empties(
     procs: Processes, tmp_path: Path
 ) -> None:
-    busy = procs.stub("--max-num-seqs", "1", "--hold", "1", log=tmp_path / "busy.log")
-    others = [procs.stub("--max-num-seqs", "4", "--hold", "0.05", log=tmp_path / f"{n}.log") for n in "ab"]
+    busy, *others = procs.together([
+        partial(procs.stub, "--max-num-seqs", "1", "--hold", "1", log=tmp_path / "busy.log"),
+        *(partial(procs.stub, "--max-num-seqs", "4", "--hold", "0.05", log=tmp_path / f"{n}.log") for n in "ab")])
     interval = 0.2
     gw = procs.gateway(health_toml([busy.url, *(s.url for s in others)], load_metrics_interval_seconds=interval))
     endpoint = endpoint_of(busy.url)

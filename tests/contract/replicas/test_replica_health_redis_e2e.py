@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from functools import partial
 from pathlib import Path
 
 from tests.contract.admission.e2e_support import Reply, call, http_client, until
@@ -38,13 +39,14 @@ async def test_three_processes_on_redis_retry_around_a_failing_replica_and_eject
     redis = RedisServer(tmp_path)
     redis.start()
     try:
-        good = [procs.stub("--max-num-seqs", "4", "--hold", "0.05", log=tmp_path / f"{n}.log") for n in "ab"]
-        bad = procs.stub("--max-num-seqs", "4", "--fault", "reset-before-headers", "--fault-after", "6",
-                         log=tmp_path / "c.log")
+        *good, bad = procs.together([
+            *(partial(procs.stub, "--max-num-seqs", "4", "--hold", "0.05", log=tmp_path / f"{n}.log") for n in "ab"),
+            partial(procs.stub, "--max-num-seqs", "4", "--fault", "reset-before-headers", "--fault-after", "6",
+                    log=tmp_path / "c.log")])
         urls = [s.url for s in (*good, bad)]
         shared = f'[admission]\nbackend = "redis"\nredis_url = "{redis.url}"\n'
         toml = shared + health_toml(urls, consecutive_failures=3, base_ejection_seconds=30, load_metrics=False)
-        gateways = [procs.gateway(toml) for _ in range(3)]
+        gateways = procs.together(partial(procs.gateway, toml) for _ in range(3))
         async with polling(urls) as held:
             replies = await load(gateways, rounds=8)
 

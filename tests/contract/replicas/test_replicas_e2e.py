@@ -12,6 +12,7 @@ import collections
 import json
 import signal
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 from tests.contract.admission.e2e_support import Reply, call, http_client, until
@@ -56,7 +57,7 @@ async def test_two_replicas_each_get_at_most_their_slots_and_none_queues_inside(
     procs: Processes, tmp_path: Path
 ) -> None:
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    stubs = [procs.stub("--max-num-seqs", "4", "--hold", "1", log=log) for log in logs]
+    stubs = procs.together(partial(procs.stub, "--max-num-seqs", "4", "--hold", "1", log=log) for log in logs)
     gw = procs.gateway(replicas_toml([s.url for s in stubs]))
     async with polling([s.url for s in stubs]) as held:
         replies = await load([gw])
@@ -94,9 +95,10 @@ async def test_three_processes_on_one_redis_keep_every_replica_within_its_slots(
     redis.start()
     try:
         logs = [tmp_path / "a.log", tmp_path / "b.log"]
-        stubs = [procs.stub("--max-num-seqs", "4", "--hold", "1", log=log) for log in logs]
+        stubs = procs.together(partial(procs.stub, "--max-num-seqs", "4", "--hold", "1", log=log) for log in logs)
         shared = f'[admission]\nbackend = "redis"\nredis_url = "{redis.url}"\n'
-        gateways = [procs.gateway(shared + replicas_toml([s.url for s in stubs])) for _ in range(3)]
+        gateways = procs.together(partial(procs.gateway, shared + replicas_toml([s.url for s in stubs]))
+                                  for _ in range(3))
         async with polling([s.url for s in stubs]) as held:
             replies = await load(gateways)
         check_replicas(logs, replies, held.peak_each, held.peak_sum)
@@ -127,9 +129,11 @@ async def test_a_killed_process_s_per_replica_slots_come_back(procs: Processes, 
     redis = RedisServer(tmp_path)
     redis.start()
     try:
-        stubs = [procs.stub("--max-num-seqs", "4", "--hold", "30", log=tmp_path / f"{n}.log") for n in "ab"]
+        stubs = procs.together(partial(procs.stub, "--max-num-seqs", "4", "--hold", "30", log=tmp_path / f"{n}.log")
+                               for n in "ab")
         shared = f'[admission]\nbackend = "redis"\nredis_url = "{redis.url}"\nlease_seconds = 2\n'
-        victim, survivor = (procs.gateway(shared + replicas_toml([s.url for s in stubs])) for _ in range(2))
+        victim, survivor = procs.together(partial(procs.gateway, shared + replicas_toml([s.url for s in stubs]))
+                                          for _ in range(2))
         async with http_client() as c:
             held = [asyncio.create_task(call(c, victim, "v1", "reasoning")) for _ in range(4)]
 

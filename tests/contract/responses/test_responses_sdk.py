@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import httpx
@@ -26,8 +27,9 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
 def gateway(tmp_path_factory: pytest.TempPathFactory, capture: CaptureServer) -> Iterator[Proc]:
     procs = Processes(tmp_path_factory.mktemp("responses-sdk"))
     try:
-        plain, thinking = procs.stub(), procs.stub("--reasoning")
-        reset, context = procs.stub("--fault", "reset-mid-stream"), procs.stub("--fault", "http-4xx")
+        plain, thinking, reset, context = procs.together([
+            procs.stub, partial(procs.stub, "--reasoning"),
+            partial(procs.stub, "--fault", "reset-mid-stream"), partial(procs.stub, "--fault", "http-4xx")])
         toml = (upstream_toml("plain", plain.url, ["plain"])
                 + upstream_toml("reasoning", thinking.url, ["reasoning"])
                 + upstream_toml("reset", reset.url, ["reset"])

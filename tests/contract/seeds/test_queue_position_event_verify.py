@@ -7,6 +7,7 @@ is an uncapped upstream. The gateway listens on localhost:8080 as the seed says.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import pytest
 from tests.support.processes import Processes, upstream_toml
@@ -28,8 +29,7 @@ UNCONTENDED = """curl -N -s localhost:8080/llm/v1/messages -H 'content-type: app
 
 @pytest.fixture
 def seed_gateway(procs: Processes) -> int:
-    reasoning = procs.stub("--hold", "3")
-    qwen = procs.stub()
+    reasoning, qwen = procs.together([partial(procs.stub, "--hold", "3"), procs.stub])
     port = seed_gateway_port()
     procs.gateway(
         upstream_toml("reasoning", reasoning.url, ["reasoning"], {
