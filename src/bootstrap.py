@@ -54,6 +54,7 @@ class Container(containers.DeclarativeContainer):
     # Replica health (outlier ejection, the one safe retry) and the replicas' own load.
     replica_care = providers.Singleton(replicas.replica_care, config, gate, clock, metrics)
     load_scrapers = providers.Singleton(replicas.load_scrapers, config, replica_sessions, clock)
+    resumes = providers.Singleton(replicas.resumes, config, metrics)  # a broken stream goes on elsewhere
     replica_watch = providers.Singleton(
         replicas.replica_watch, config, gate, replica_sessions, replica_care, load_scrapers)
     usage = providers.Singleton(lambda c: consumers.usage_ledger(c), config)
@@ -63,15 +64,15 @@ class Container(containers.DeclarativeContainer):
     affinity = providers.Singleton(
         lambda c, store: Affinity(store, replicas.affinity_upstreams(c)), config, affinity_store)
     service = providers.Singleton(
-        lambda c, router, upstreams, gate, clock, tracing, consumers, affinity, care: ChatService(
+        lambda c, router, upstreams, gate, clock, tracing, consumers, affinity, care, resumes: ChatService(
             router, upstreams, gate, c.server.queue_update_interval_seconds, clock, tracing, consumers, affinity, care,
-            ReasoningBudgets({name: u.reasoning for name, u in c.upstreams.items()}, clock),
+            ReasoningBudgets({name: u.reasoning for name, u in c.upstreams.items()}, clock), resumes,
         ),
-        config, router, upstreams, gate, clock, tracing, consumer_limits, affinity, replica_care,
+        config, router, upstreams, gate, clock, tracing, consumer_limits, affinity, replica_care, resumes,
     )
     # Text completions and embeddings: the same upstream clients, gates, consumer limits and replica care.
     completions = providers.Singleton(
-        CompletionService, router, upstreams, gate, clock, tracing, consumer_limits, affinity, replica_care)
+        CompletionService, router, upstreams, gate, clock, tracing, consumer_limits, affinity, replica_care, resumes)
     embeddings = providers.Singleton(
         EmbeddingService, router, upstreams, gate, clock, tracing, consumer_limits, replica_care)
     status_board = providers.Singleton(

@@ -7,6 +7,7 @@ the slot back on every path) happens here, once, for all of them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
@@ -14,15 +15,18 @@ from typing import Any
 import msgspec
 
 from application.affinity import NO_WISH, Affinity
+from application.collected import answer_of
 from application.consumer_limits import ConsumerLimits, Door
 from application.reasoning import ReasoningBudgets
 from application.replica_care import ReplicaCare
+from application.resume import Continuation, Opener, Resumes
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
 from domain.reasoning import has_budget
 from domain.records import RequestRecord
+from domain.resume import TokenTrail
 from domain.routing import ModelRouter
 from domain.sequences import sequences
 from ports.admission import AdmissionGate, QueueTicket, SlotLease
@@ -39,7 +43,7 @@ class ChatService:
     back and aborts the upstream call.
     """
 
-    __slots__ = ("_affinity", "_budgets", "_care", "_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_affinity", "_budgets", "_care", "_consumers", "_resumes", "_router", "_slots", "_upstreams")
 
     def __init__(
         self,
@@ -53,6 +57,7 @@ class ChatService:
         affinity: Affinity | None = None,
         care: ReplicaCare | None = None,
         budgets: ReasoningBudgets | None = None,
+        resumes: Resumes | None = None,
     ) -> None:
         self._router = router
         self._affinity = affinity or Affinity()
@@ -62,6 +67,7 @@ class ChatService:
         self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
         # Thinking budgets only where served (`[upstreams.NAME] reasoning`); without it: every one "auto".
         self._budgets = budgets or ReasoningBudgets({}, clock)
+        self._resumes = resumes or Resumes()  # without it: no upstream resumes a broken stream
 
     def models(self) -> list[str]:
         return self._router.models()
@@ -89,11 +95,21 @@ class ChatService:
             turn.reached_upstream = True
             try:
                 client = self._upstreams[upstream]
-                call = (self._budgets.caller(upstream, request, record, client.complete) if has_budget(request)
-                        else functools.partial(client.complete, request))  # fmt: skip
-                response = await self._care.call(upstream, lease, record, call)
-                if wish.chain:  # where it was served (after a retry, too)
-                    await affinity.granted(upstream, wish, lease)
+                resumes = self._resumes
+                trail = resumes.trail(upstream, request) if resumes.watches(upstream) else None
+                if trail is not None:  # asked as a stream, which a resume can mend (application.collected)
+                    opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
+                    opener = functools.partial(client.open_stream, request, trail=trail)
+                    relay = resumes.relay(self._care, upstream, lease, record, opener,
+                                          _continuation(client, request, trail, None), trail, opened)  # fmt: skip
+                    async with contextlib.aclosing(relay) as batches:
+                        response = await answer_of(batches)
+                else:
+                    call = (self._budgets.caller(upstream, request, record, client.complete) if has_budget(request)
+                            else functools.partial(client.complete, request))  # fmt: skip
+                    response = await self._care.call(upstream, lease, record, call)
+                    if wish.chain:  # where it was served (after a retry, too)
+                        await affinity.granted(upstream, wish, lease)
             finally:
                 await lease.release()
             usage = response.usage
@@ -163,14 +179,29 @@ class ChatService:
                           else functools.partial(client.open_stream, request))  # fmt: skip
                 if heartbeat is not None:
                     opener = functools.partial(opener, heartbeat=heartbeat)
-                async with self._care.open(upstream, lease, record, opener) as batches:
-                    if wish.chain:
-                        await affinity.granted(upstream, wish, lease)
-                    async for batch in batches:
-                        if lost is not None and lost.is_set():
-                            raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
-                        meter.feed_batch(batch)
-                        yield batch
+                resumes = self._resumes
+                if resumes.watches(upstream):
+                    trail = resumes.trail(upstream, request)
+                    if trail is not None:
+                        opener = functools.partial(opener, trail=trail)
+                    opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
+                    relay = resumes.relay(self._care, upstream, lease, record, opener,
+                                          _continuation(client, request, trail, heartbeat), trail, opened)  # fmt: skip
+                    async with contextlib.aclosing(relay) as batches:
+                        async for batch in batches:
+                            if lost is not None and lost.is_set():
+                                raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
+                            meter.feed_batch(batch)
+                            yield batch
+                else:
+                    async with self._care.open(upstream, lease, record, opener) as batches:
+                        if wish.chain:
+                            await affinity.granted(upstream, wish, lease)
+                        async for batch in batches:
+                            if lost is not None and lost.is_set():
+                                raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
+                            meter.feed_batch(batch)
+                            yield batch
             finally:
                 await lease.release()
             if meter.reported is None:
@@ -179,3 +210,15 @@ class ChatService:
     async def count_tokens(self, request: ChatRequest, record: RequestRecord | None = None) -> int:
         upstream, request = route(self._router, request, record)
         return await self._upstreams[upstream].count_tokens(request)
+
+
+def _continuation(
+    client: UpstreamClient, request: ChatRequest, trail: TokenTrail | None, heartbeat: float | None
+) -> Continuation:
+    """The opener of a continuation of `request`'s answer, given the replica that broke."""
+
+    def continuation(broken_at: str | None) -> Opener:
+        assert trail is not None
+        return functools.partial(client.open_continuation, request, trail, heartbeat=heartbeat, resumed_from=broken_at)
+
+    return continuation

@@ -8,20 +8,24 @@ aborts the upstream call, and a lease lost to the shared ledger aborts the call.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 
 from application.affinity import NO_WISH, Affinity
+from application.collected import completion_of
 from application.consumer_limits import ConsumerLimits
 from application.replica_care import ReplicaCare
+from application.resume import Continuation, Opener, Resumes
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChunkBatch, StreamChunk, TextPart, UsageReport
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
 from domain.records import RequestRecord
+from domain.resume import TokenTrail
 from domain.routing import ModelRouter
 from domain.sequences import sequences
 from ports.admission import AdmissionGate
@@ -33,17 +37,19 @@ from ports.upstream import CompletionClient, EmbeddingClient
 class CompletionService:
     """Serves text completions (plain and streamed)."""
 
-    __slots__ = ("_affinity", "_care", "_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_affinity", "_care", "_consumers", "_resumes", "_router", "_slots", "_upstreams")
 
     def __init__(self, router: ModelRouter, upstreams: Mapping[str, CompletionClient], gate: AdmissionGate,
                  clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None,
-                 affinity: Affinity | None = None, care: ReplicaCare | None = None) -> None:
+                 affinity: Affinity | None = None, care: ReplicaCare | None = None,
+                 resumes: Resumes | None = None) -> None:
         self._router = router
         self._affinity = affinity or Affinity()
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer)
         self._consumers = consumers or ConsumerLimits()
         self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
+        self._resumes = resumes or Resumes()  # without it: no upstream resumes a broken stream
 
     async def complete(self, request: CompletionRequest, record: RequestRecord | None = None,
                        consumer: Consumer = ANONYMOUS) -> Completion:
@@ -56,10 +62,21 @@ class CompletionService:
                                                     wish.max_extra)
             turn.reached_upstream = True
             try:
-                call = functools.partial(self._upstreams[upstream].complete_text, request)
-                answer = await self._care.call(upstream, lease, record, call)
-                if wish.chain:  # where it was served (after a retry, too)
-                    await affinity.granted(upstream, wish, lease)
+                client = self._upstreams[upstream]
+                resumes = self._resumes
+                trail = resumes.trail(upstream, request) if resumes.watches(upstream) else None
+                if trail is not None:  # asked as a stream, which a resume can mend (application.collected)
+                    opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
+                    opener = functools.partial(client.open_text_stream, request, trail=trail)
+                    relay = resumes.relay(self._care, upstream, lease, record, opener,
+                                          _continuation(client, request, trail), trail, opened)  # fmt: skip
+                    async with contextlib.aclosing(relay) as batches:
+                        answer = await completion_of(batches)
+                else:
+                    call = functools.partial(client.complete_text, request)
+                    answer = await self._care.call(upstream, lease, record, call)
+                    if wish.chain:  # where it was served (after a retry, too)
+                        await affinity.granted(upstream, wish, lease)
             finally:
                 await lease.release()
             if answer.usage.input_tokens or answer.usage.output_tokens:
@@ -83,19 +100,45 @@ class CompletionService:
             lost, meter = lease.lost if lease.losable else None, turn.meter  # see ChatService.stream
             turn.reached_upstream = True
             try:
-                opener = functools.partial(self._upstreams[upstream].open_text_stream, request)
-                async with self._care.open(upstream, lease, record, opener) as batches:
-                    if wish.chain:
-                        await affinity.granted(upstream, wish, lease)
-                    async for batch in batches:
-                        if lost is not None and lost.is_set():
-                            raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
-                        meter.feed_batch(batch)
-                        yield batch
+                client = self._upstreams[upstream]
+                opener = functools.partial(client.open_text_stream, request)
+                resumes = self._resumes
+                if resumes.watches(upstream):
+                    trail = resumes.trail(upstream, request)
+                    if trail is not None:
+                        opener = functools.partial(opener, trail=trail)
+                    opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
+                    relay = resumes.relay(self._care, upstream, lease, record, opener,
+                                          _continuation(client, request, trail), trail, opened)  # fmt: skip
+                    async with contextlib.aclosing(relay) as batches:
+                        async for batch in batches:
+                            if lost is not None and lost.is_set():
+                                raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
+                            meter.feed_batch(batch)
+                            yield batch
+                else:
+                    async with self._care.open(upstream, lease, record, opener) as batches:
+                        if wish.chain:
+                            await affinity.granted(upstream, wish, lease)
+                        async for batch in batches:
+                            if lost is not None and lost.is_set():
+                                raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
+                            meter.feed_batch(batch)
+                            yield batch
             finally:
                 await lease.release()
             if meter.reported is None:
                 yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
+
+
+def _continuation(client: CompletionClient, request: CompletionRequest, trail: TokenTrail | None) -> Continuation:
+    """The opener of a continuation of `request`'s answer, given the replica that broke."""
+
+    def continuation(broken_at: str | None) -> Opener:
+        assert trail is not None
+        return functools.partial(client.open_continuation, request, trail, resumed_from=broken_at)
+
+    return continuation
 
 
 class EmbeddingService:

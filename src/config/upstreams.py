@@ -58,6 +58,10 @@ class EndpointsTable(Section):
     # KV-cache affinity (domain.affinity): "prefix" or "off".
     affinity: Literal["prefix", "off"] = "prefix"
     affinity_max_extra_in_flight: NonNegativeInt = 1  # kept for affinity while in flight <= least loaded + this
+    # A stream whose replica breaks mid-answer goes on on another replica from the token where it
+    # broke (docs/resume.md): "tokens" (vLLM's token ids) or "off"; at most `max_resumes` per request.
+    resume: Literal["tokens", "off"] = "tokens"
+    max_resumes: PositiveInt = 2
 
     def ejection_policy(self) -> EjectionPolicy:
         return EjectionPolicy(

@@ -29,6 +29,10 @@ class RequestRecord(Struct, kw_only=True):
     # The replica a failed first call went to, when the one safe retry sent the request to
     # `endpoint` instead (`host:port`; docs/operations.md "Replica health, load and affinity").
     retried_from: str | None = None
+    # Continuations of a broken answer on another replica (`domain.resume`), and the token ids
+    # they sent again (prompt + generated): the re-prefill the resumes cost.
+    resumed: int = 0
+    resumed_tokens: int = 0
     stream: bool = False
     # The request's thinking budget was not sent: its upstream does not apply one
     # (`[upstreams.NAME] reasoning`, `application.reasoning`).

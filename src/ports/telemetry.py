@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from domain.records import RequestRecord
@@ -26,6 +27,10 @@ AttributeValue = str | int | float | bool
 class Span(Protocol):
     def set(self, key: str, value: AttributeValue) -> None: ...
 
+    def event(self, name: str, attributes: Mapping[str, AttributeValue]) -> None:
+        """Record that something happened during the span (OpenTelemetry's span event)."""
+        ...
+
     def end(self, error: str | None = None) -> None:
         """Finish the span; `error` marks it failed with that description."""
         ...
@@ -41,6 +46,9 @@ class _NullSpan:
     __slots__ = ()
 
     def set(self, key: str, value: AttributeValue) -> None:
+        pass
+
+    def event(self, name: str, attributes: Mapping[str, AttributeValue]) -> None:
         pass
 
     def end(self, error: str | None = None) -> None:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
+from domain.resume import TokenTrail
 
 
 class UpstreamClient(Protocol):
@@ -24,7 +25,8 @@ class UpstreamClient(Protocol):
         ...
 
     def open_stream(
-        self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
+        self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None,
+        trail: TokenTrail | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         """Start a streaming request.
 
@@ -35,8 +37,19 @@ class UpstreamClient(Protocol):
         chunks of each upstream read as one batch, as they arrive; leaving the context
         closes the upstream response (an early exit aborts the generation upstream).
         With `heartbeat`, a wait of that many seconds for the next read yields an empty
-        batch and the iteration goes on (the caller's cue for a keep-alive).
+        batch and the iteration goes on (the caller's cue for a keep-alive). With a `trail`
+        (`domain.resume`), the server is asked for token ids, which fill it, and a break another
+        replica could mend sets `trail.broken`.
         """
+        ...
+
+    def open_continuation(
+        self, request: ChatRequest | CompletionRequest, trail: TokenTrail, replica: str | None = None,
+        heartbeat: float | None = None, resumed_from: str | None = None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """Continue `trail`'s broken answer (to `request`) on `replica`: its chunks are more of
+        the same answer (no `MessageStart`; usage the whole answer's), and they fill the trail.
+        `resumed_from`: the replica that broke (for the call's span)."""
         ...
 
     async def count_tokens(self, request: ChatRequest) -> int:
@@ -53,9 +66,16 @@ class CompletionClient(Protocol):
         ...
 
     def open_text_stream(
-        self, request: CompletionRequest, replica: str | None = None
+        self, request: CompletionRequest, replica: str | None = None, trail: TokenTrail | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
-        """Start a streamed text completion; entering, iterating and leaving as `open_stream`."""
+        """Start a streamed text completion; entering, iterating, leaving and `trail` as `open_stream`."""
+        ...
+
+    def open_continuation(
+        self, request: ChatRequest | CompletionRequest, trail: TokenTrail, replica: str | None = None,
+        heartbeat: float | None = None, resumed_from: str | None = None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """As `UpstreamClient.open_continuation`."""
         ...
 
 

@@ -11,6 +11,7 @@ from adapters.outbound.openai_compat.replica_sessions import ReplicaSessions
 from adapters.outbound.replica_discovery import ReplicaWatch, StaticReplicas
 from adapters.outbound.system_clock import SystemClock
 from application.replica_care import EjectionListener, KnownListener, ReplicaCare
+from application.resume import ResumeListener, Resumes
 from config import Config, EndpointsTable, nameserver
 from domain.load_reports import LoadReport, saturated_replicas
 from ports.affinity import AffinityStore
@@ -72,6 +73,18 @@ def replica_care(config: Config, gate: Any, clock: SystemClock, metrics: Prometh
         listeners.append(metrics.replicas.endpoint_ejected)
         known.append(metrics.replicas.endpoints_known)
     return ReplicaCare(gate, clock, policies, listeners, known)
+
+
+def resumes(config: Config, metrics: PrometheusMetrics) -> Resumes:
+    """The upstreams with `[endpoints] resume = "tokens"` and their `max_resumes`; every break of
+    their streams counted (`gateway_stream_resumes_total`, at 0 from the start)."""
+    limits = {name: u.endpoints.max_resumes for name, u in config.upstreams.items()
+              if u.endpoints is not None and u.endpoints.resume == "tokens"}  # fmt: skip
+    listeners: list[ResumeListener] = []
+    if metrics.replicas is not None:
+        metrics.replicas.resumes_known(limits)
+        listeners.append(metrics.replicas.stream_resumed)
+    return Resumes(limits, listeners)
 
 
 def load_scrapers(

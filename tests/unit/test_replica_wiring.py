@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from dependency_injector import providers
 from litestar.testing import AsyncTestClient
@@ -18,8 +18,20 @@ from adapters.inbound.operations import ops_app
 from adapters.outbound.memory_affinity import MemoryAffinityStore
 from adapters.outbound.replica_discovery import ReplicaWatch, StaticReplicas
 from config import load_config_text
-from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, StreamChunk, TextDelta, TextPart, Usage
+from domain.canonical import (
+    ChatRequest,
+    ChatResponse,
+    ChunkBatch,
+    Finish,
+    MessageStart,
+    StreamChunk,
+    TextDelta,
+    TextPart,
+    Usage,
+    UsageReport,
+)
 from domain.errors import UpstreamUnavailable
+from domain.resume import TokenTrail
 from domain.upstream_failures import FailureKind
 from ports.discovery import ReadyListener
 from wiring import replicas
@@ -63,12 +75,15 @@ class ReplicaNotingClient:
                             finish_reason="end_turn", usage=Usage(input_tokens=1, output_tokens=1))
 
     @asynccontextmanager
-    async def open_stream(self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
-                          ) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
+    async def open_stream(self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None,
+                          trail: TokenTrail | None = None) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
+        """A whole answer (a plain request that may be resumed is asked as a stream)."""
         self.replicas.append(replica)
 
         async def batches() -> AsyncIterator[ChunkBatch]:
-            yield [StreamChunk(events=[TextDelta(text="hi")])]
+            yield [StreamChunk(events=[MessageStart(id="c", model=request.model, created=0), TextDelta(text="hi"),
+                                       Finish(reason="end_turn"), UsageReport(usage=Usage(input_tokens=1,
+                                                                                          output_tokens=1))])]
 
         yield batches()
 
@@ -116,6 +131,14 @@ class RefusingA(ReplicaNotingClient):
             self.replicas.append(replica)
             raise UpstreamUnavailable("unreachable", failure=FailureKind.CONNECT)
         return await super().complete(request, replica)
+
+    def open_stream(self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None,
+                    trail: TokenTrail | None = None) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """Plain requests too: one that may be resumed is asked as a stream."""
+        if replica == A:
+            self.replicas.append(replica)
+            raise UpstreamUnavailable("unreachable", failure=FailureKind.CONNECT)
+        return super().open_stream(request, replica, heartbeat, trail)
 
 
 async def test_a_refused_call_is_retried_on_the_other_replica_and_enough_of_them_eject_it() -> None:

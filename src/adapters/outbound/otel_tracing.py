@@ -54,6 +54,9 @@ class _Span:
     def set(self, key: str, value: AttributeValue) -> None:
         self._span.set_attribute(key, value)
 
+    def event(self, name: str, attributes: Mapping[str, AttributeValue]) -> None:
+        self._span.add_event(name, dict(attributes))
+
     def end(self, error: str | None = None) -> None:
         if error is not None:
             self._span.set_status(Status(StatusCode.ERROR, error))

@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from domain.replicas import ReplicaState, endpoint_of
+from domain.resume import OUTCOMES
 from ports.admission import AdmissionGate
 from ports.load_reports import LoadReports
 
@@ -104,6 +105,19 @@ class ReplicaMetrics:
             "gateway_endpoint_ejections", "Replicas ejected for consecutive failures", ["upstream", "endpoint"],
             registry=registry)
         self._known: set[tuple[str, str]] = set()
+        self._resumes = Counter(
+            "gateway_stream_resumes", "Streams broken mid-answer on a replica, by what became of them "
+            "(resumed on another replica, not_resumable, failed)", ["upstream", "outcome"], registry=registry)
+
+    def resumes_known(self, upstreams: Iterable[str]) -> None:
+        """The upstreams that resume broken streams: their counters exist from the start, at 0."""
+        for upstream in upstreams:
+            for outcome in OUTCOMES:
+                self._resumes.labels(upstream, outcome)
+
+    def stream_resumed(self, upstream: str, outcome: str) -> None:
+        """Count one break of a stream (`gateway_stream_resumes_total`) by its `outcome`."""
+        self._resumes.labels(upstream, outcome).inc()
 
     def endpoints_known(self, upstream: str, addresses: Iterable[str]) -> None:
         """Replicas discovery answered: their ejection counters exist from then on, at 0 (so

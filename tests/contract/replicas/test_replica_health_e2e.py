@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 from tests.contract.admission.e2e_support import Reply, call, http_client, until
+from tests.support.fake_chat import chat_answer
 from tests.support.metrics import samples
 from tests.support.processes import Proc, Processes, upstream_toml
 from tests.support.replicas import endpoints_toml
@@ -234,12 +235,9 @@ async def fake_replica(metrics: str) -> AsyncIterator[tuple[str, list[float]]]:
     chats: list[float] = []
     released = asyncio.Event()
 
-    async def chat(_: web.Request) -> web.Response:
+    async def chat(request: web.Request) -> web.Response:
         chats.append(time.monotonic())
-        return web.json_response({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "reasoning",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+        return await chat_answer(request)
 
     async def page(_: web.Request) -> web.Response:
         if metrics == "hang":

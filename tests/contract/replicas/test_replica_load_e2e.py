@@ -22,6 +22,7 @@ import httpx
 from aiohttp import web
 from tests.contract.admission.e2e_support import call, http_client, until
 from tests.contract.replicas.test_replica_health_e2e import health_toml, log_lines
+from tests.support.fake_chat import chat_answer
 from tests.support.metrics import samples
 from tests.support.processes import Proc, Processes
 from tests.support.vllm_page import Engine, vllm_page
@@ -45,12 +46,9 @@ class FakeVllm:
 async def fake_vllm(page: str, delay: float = 0.0) -> AsyncIterator[FakeVllm]:
     replica = FakeVllm(page=page, delay=delay)
 
-    async def chat(_: web.Request) -> web.Response:
+    async def chat(request: web.Request) -> web.Response:
         replica.chats.append(time.monotonic())
-        return web.json_response({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "reasoning",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+        return await chat_answer(request)
 
     async def metrics(_: web.Request) -> web.Response:
         await asyncio.sleep(replica.delay)

@@ -24,7 +24,7 @@ DNS = f'[upstreams.a.endpoints]\ndns = "{HEADLESS}"\nport = 8080\n' + SLOTS
 HEALTH_DEFAULTS = {  # the replica-health keys, with their documented defaults
     "consecutive_failures": 5, "base_ejection_seconds": 30.0, "max_ejection_seconds": 300.0,
     "max_ejection_percent": 50, "load_metrics": True, "load_metrics_interval_seconds": 1.0, "affinity": "prefix",
-    "affinity_max_extra_in_flight": 1,
+    "affinity_max_extra_in_flight": 1, "resume": "tokens", "max_resumes": 2,
 }  # fmt: skip
 
 

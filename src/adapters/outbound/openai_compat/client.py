@@ -29,8 +29,10 @@ from domain.canonical import ChatRequest, ChatResponse, ChunkBatch
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
 from domain.errors import ContextLengthExceeded, GatewayError
 from domain.reasoning import has_budget
+from domain.replicas import endpoint_of
+from domain.resume import TokenTrail
 from domain.upstream_failures import FailureKind
-from ports.telemetry import Span
+from ports.telemetry import AttributeValue, Span
 
 from .call_spans import CallSpans, ClientTracer, end_answered, end_span
 from .call_targets import CallTargets
@@ -38,11 +40,13 @@ from .chat_response import response_from_completion
 from .chunk_stream import Mapper
 from .completion_body import encode_completion, encode_embeddings
 from .completion_mapping import TextStreamMapper, completion_from_body, embeddings_from_body
+from .continuation import ContinuationMapper, encode_continuation
 from .open_stream import OpenStream
 from .prompt_counter import PromptCounter
 from .replica_sessions import ReplicaSessions
 from .request_body import encode_chat
 from .stream_mapping import StreamMapper
+from .trail_mapping import TrailStreamMapper, TrailTextMapper
 from .transport import JSON_HEADERS, Transport
 
 _CHAT, _COMPLETIONS, _EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
@@ -103,13 +107,37 @@ class OpenAICompatClient:
         return response
 
     def open_stream(
-        self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None
+        self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None,
+        trail: TokenTrail | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
         """A request with a thinking budget is opened up to its first batch, in which vLLM would
-        refuse the budget (`reasoning_refusal`): the refusal is then raised while it opens."""
+        refuse the budget (`reasoning_refusal`): the refusal is then raised while it opens. With
+        a `trail`, vLLM is asked for token ids, which fill it (`trail_mapping`)."""
+        if trail is not None:
+            return self._open(
+                replica, _CHAT, self._chat_url, encode_chat(request, stream=True, token_ids=True), "chat", request,
+                TrailStreamMapper(trail), heartbeat, has_budget(request),
+            )
         return self._open(
             replica, _CHAT, self._chat_url, encode_chat(request, stream=True), "chat", request, StreamMapper(),
             heartbeat, has_budget(request),
+        )
+
+    def open_continuation(
+        self, request: ChatRequest | CompletionRequest, trail: TokenTrail, replica: str | None = None,
+        heartbeat: float | None = None, resumed_from: str | None = None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """The rest of `trail`'s broken answer, as a text completion of its token ids (`continuation`);
+        its span records the resume (`gateway.stream.resume`)."""
+        attributes: dict[str, AttributeValue] = {
+            "gateway.resume.number": trail.resumes,
+            "gateway.resume.tokens_sent_again": len(trail.continuation_prompt()),
+        }
+        if resumed_from is not None:
+            attributes["gateway.resume.from_endpoint"] = endpoint_of(resumed_from)
+        return self._open(
+            replica, _COMPLETIONS, self._completions_url, encode_continuation(request, trail), "text_completion",
+            request, ContinuationMapper(trail), heartbeat, event=("gateway.stream.resume", attributes),
         )
 
     async def complete_text(self, request: CompletionRequest, replica: str | None = None) -> Completion:
@@ -134,8 +162,14 @@ class OpenAICompatClient:
         return answer
 
     def open_text_stream(
-        self, request: CompletionRequest, replica: str | None = None
+        self, request: CompletionRequest, replica: str | None = None, trail: TokenTrail | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """With a `trail`, vLLM is asked for token ids, which fill it (`trail_mapping`)."""
+        if trail is not None:
+            return self._open(
+                replica, _COMPLETIONS, self._completions_url, encode_completion(request, token_ids=True),
+                "text_completion", request, TrailTextMapper(trail),
+            )
         return self._open(
             replica, _COMPLETIONS, self._completions_url, encode_completion(request), "text_completion",
             request, TextStreamMapper(),
@@ -185,10 +219,11 @@ class OpenAICompatClient:
     def _open(
         self, replica: str | None, path: str, default: URL, body: bytes, operation: str,
         request: ChatRequest | CompletionRequest, mapper: Mapper, heartbeat: float | None = None, ahead: bool = False,
+        event: tuple[str, Mapping[str, AttributeValue]] | None = None,
     ) -> OpenStream:
         return OpenStream(
             self._transport, self._targets, self._spans, self._counter, replica, path, default, body, operation,
-            request, mapper, heartbeat, ahead,
+            request, mapper, heartbeat, ahead, event,
         )
 
     async def count_tokens(self, request: ChatRequest) -> int:

@@ -20,7 +20,9 @@ _ENCODER = msgspec.json.Encoder()
 _OPTIONAL = ("suffix", "max_tokens", "temperature", "top_p", "top_k", "best_of", "logprobs", "user")
 
 
-def encode_completion(request: CompletionRequest) -> bytes:
+def encode_completion(request: CompletionRequest, token_ids: bool = False) -> bytes:
+    """The upstream body; `token_ids` asks vLLM for the prompt's and the answer's token ids
+    (`return_token_ids`, for a resume)."""
     prompt = request.prompt
     body: dict[str, Any] = {"model": request.model, "prompt": prompt[0] if len(prompt) == 1 else prompt}
     for name in _OPTIONAL:
@@ -40,6 +42,8 @@ def encode_completion(request: CompletionRequest) -> bytes:
         body["stream_options"] = {"include_usage": True}
     if request.cache_salt is not None:
         body["cache_salt"] = request.cache_salt
+    if token_ids:
+        body["return_token_ids"] = True
     return _ENCODER.encode(body)
 
 

@@ -9,6 +9,7 @@ reads the first batch (`read_ahead`), in which vLLM would refuse a thinking budg
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 
 from yarl import URL
@@ -17,7 +18,7 @@ from domain.canonical import ChatRequest
 from domain.completions import CompletionRequest
 from domain.errors import ContextLengthExceeded, UpstreamProtocolError
 from domain.upstream_failures import FailureKind
-from ports.telemetry import Span
+from ports.telemetry import AttributeValue, Span
 
 from .call_spans import CallSpans, end_span
 from .call_targets import CallTargets
@@ -30,13 +31,16 @@ from .transport import SSE_HEADERS, Transport, is_event_stream
 class OpenStream:
     """One streamed call of an upstream (its `transport`, `targets`, `spans` and `counter`)."""
 
-    __slots__ = ("_args", "_counter", "_replica", "_request", "_span", "_spans", "_stream", "_targets", "_transport")
+    __slots__ = ("_args", "_counter", "_event", "_replica", "_request", "_span", "_spans", "_stream", "_targets",
+                 "_transport")  # fmt: skip
 
     def __init__(
         self, transport: Transport, targets: CallTargets, spans: CallSpans, counter: PromptCounter,
         replica: str | None, path: str, default: URL, body: bytes, operation: str,
         request: ChatRequest | CompletionRequest, mapper: Mapper, heartbeat: float | None, ahead: bool = False,
+        event: tuple[str, Mapping[str, AttributeValue]] | None = None,
     ) -> None:
+        """`event`: a span event recorded on the call's span as it starts (a resume's)."""
         self._transport = transport
         self._targets = targets
         self._spans = spans
@@ -44,6 +48,7 @@ class OpenStream:
         self._replica = replica
         self._request = request
         self._args = (path, default, body, operation, request.model, mapper, heartbeat, ahead)
+        self._event = event
         self._span: Span | None = None
         self._stream: ChunkStream | ReadAhead | None = None
 
@@ -53,6 +58,8 @@ class OpenStream:
         session, url = self._targets.acquire(replica, path, default)
         span, headers = self._spans.start(operation, model, True, SSE_HEADERS, url, replica)
         self._span = span
+        if span is not None and self._event is not None:
+            span.event(*self._event)
         try:
             try:
                 resp = await transport.post(session, url, body, headers)

@@ -51,9 +51,13 @@ Json = dict[str, Any]
 _VLLM_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 
 
-def encode_chat(request: ChatRequest, *, stream: bool | None = None) -> bytes:
-    """The upstream body for a chat request; `stream` overrides `request.stream`."""
-    return _ENCODER.encode(chat_body(request, request.stream if stream is None else stream))
+def encode_chat(request: ChatRequest, *, stream: bool | None = None, token_ids: bool = False) -> bytes:
+    """The upstream body for a chat request; `stream` overrides `request.stream`; `token_ids` asks
+    vLLM for the prompt's and the answer's token ids (`return_token_ids`, for a resume)."""
+    body = chat_body(request, request.stream if stream is None else stream)
+    if token_ids:
+        body["return_token_ids"] = True
+    return _ENCODER.encode(body)
 
 
 def encode_tokenize(request: ChatRequest) -> bytes:

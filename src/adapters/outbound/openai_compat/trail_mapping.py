@@ -1,0 +1,147 @@
+"""The mappers of a resumable stream: they fill a `domain.resume.TokenTrail` as chunks arrive.
+
+The gateway asks vLLM for token ids (`return_token_ids`) only for a request it could resume;
+the ids are its own business, so no chunk of such a stream carries its payload on to the client
+(`native` is dropped and the dialect encodes the canonical events; the learnt-shape shortcuts of
+`StreamMapper` are off, every payload is decoded). Each payload is read twice: once for the ids
+and what produced text (`IDS_DECODER`), once by the mapper it extends.
+
+A break another replica can mend sets `trail.broken`: the connection failed or timed out
+(`fail`), the body ended without a finish (`close`), or the server wrote a 5xx error mid-stream.
+The chunk with the `StreamError` is produced as always; the caller decides whether to resume.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from domain.canonical import StreamChunk, StreamError
+from domain.errors import GatewayError
+from domain.resume import TokenTrail
+
+from .completion_mapping import TextStreamMapper
+from .stream_mapping import StreamMapper
+from .wire import View
+
+_DONE = b"[DONE]"
+
+
+class IdsDelta(View):
+    content: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[msgspec.Raw] | None = None
+
+
+class IdsChoice(View):
+    index: int = 0
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None  # a text completion's (first chunk)
+    delta: IdsDelta | None = None
+    text: str | None = None  # a text completion's
+    finish_reason: str | None = None
+
+
+class IdsView(View):
+    prompt_token_ids: list[int] | None = None  # a chat stream's (first chunk)
+    choices: list[IdsChoice] = []
+
+
+IDS_DECODER = msgspec.json.Decoder(IdsView)
+
+
+def note_payload(trail: TokenTrail, payload: bytes) -> None:
+    """What one payload adds to the trail: the prompt's ids, choice 0's ids and whether its
+    text (or a tool call's part) reached the client. Undecodable payloads add nothing (the
+    mapper words the error)."""
+    try:
+        view = IDS_DECODER.decode(payload)
+    except msgspec.DecodeError:
+        return
+    if view.prompt_token_ids is not None and trail.prompt is None:
+        trail.prompt = view.prompt_token_ids
+    for choice in view.choices:
+        if choice.index != 0:
+            continue
+        if choice.prompt_token_ids is not None and trail.prompt is None:
+            trail.prompt = choice.prompt_token_ids
+        delta = choice.delta
+        if delta is None:
+            trail.note(choice.token_ids, bool(choice.text))
+            return
+        thinking = delta.reasoning or delta.reasoning_content
+        if delta.tool_calls:
+            trail.tool_open = choice.finish_reason is None
+        trail.note(choice.token_ids, bool(thinking or delta.content or delta.tool_calls), bool(thinking)
+                   and not delta.content)  # fmt: skip
+        return
+
+
+def mark_break(trail: TokenTrail, chunk: StreamChunk | None, from_upstream: bool) -> None:
+    """Set `trail.broken` if `chunk` ends the stream with an error another replica could mend:
+    one the gateway saw (`from_upstream` False: the connection, a timeout, no finish) or a 5xx
+    the server wrote."""
+    if chunk is None or not chunk.events:
+        return
+    last = chunk.events[-1]
+    if isinstance(last, StreamError) and (not from_upstream or last.status >= 500):
+        trail.broken = last.message
+
+
+class TrailStreamMapper(StreamMapper):
+    """`StreamMapper` for a chat stream with token ids (see the module doc)."""
+
+    __slots__ = ("trail",)
+
+    def __init__(self, trail: TokenTrail) -> None:
+        super().__init__()
+        self._tries = 0  # no learnt shape: every payload carries ids, and each is read
+        self.trail = trail
+
+    def feed(self, payload: bytes) -> StreamChunk | None:
+        if payload and payload != _DONE and not self.ended:
+            note_payload(self.trail, payload)
+        chunk = super().feed(payload)
+        if chunk is not None:
+            mark_break(self.trail, chunk, chunk.native is not None)
+            chunk.native = None
+        return chunk
+
+    def close(self) -> StreamChunk | None:
+        chunk = super().close()
+        mark_break(self.trail, chunk, False)
+        return chunk
+
+    def fail(self, error: GatewayError) -> StreamChunk | None:
+        chunk = super().fail(error)
+        mark_break(self.trail, chunk, False)
+        return chunk
+
+
+class TrailTextMapper(TextStreamMapper):
+    """`TextStreamMapper` for a text completion stream with token ids (see the module doc)."""
+
+    __slots__ = ("trail",)
+
+    def __init__(self, trail: TokenTrail) -> None:
+        super().__init__()
+        self.trail = trail
+
+    def feed(self, payload: bytes) -> StreamChunk | None:
+        if payload and payload != _DONE and not self.ended:
+            note_payload(self.trail, payload)
+        chunk = super().feed(payload)
+        if chunk is not None:
+            mark_break(self.trail, chunk, chunk.native is not None)
+            chunk.native = None
+        return chunk
+
+    def close(self) -> StreamChunk | None:
+        chunk = super().close()
+        mark_break(self.trail, chunk, False)
+        return chunk
+
+    def fail(self, error: GatewayError) -> StreamChunk | None:
+        chunk = super().fail(error)
+        mark_break(self.trail, chunk, False)
+        return chunk

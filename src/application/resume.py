@@ -1,0 +1,147 @@
+"""Resuming a stream whose replica broke mid-answer on another replica (`domain.resume`).
+
+For an upstream with `[endpoints]` and `resume = "tokens"` (docs/resume.md): a request that can
+be resumed (`domain.resume.not_resumable`) is sent asking for token ids, which fill its
+`TokenTrail`. When its stream breaks in a way another replica can mend (`trail.broken`), the
+error chunk is held back, the lease moves to another replica with room (`SlotLease.move`: one
+step in the ledger, memory or Redis, the cap never exceeded; tried again for up to `wait`
+seconds while none has room), and the rest of the answer is asked of it as a continuation
+(`UpstreamClient.open_continuation`): the client sees one unbroken stream. At most
+`max_resumes` times per request; then, or when the request cannot be resumed, or when the
+resume itself fails, the held-back error chunk ends the stream as it would have without resumes.
+
+Every break of a stream of such an upstream counts in `gateway_stream_resumes_total{upstream,
+outcome}` (`domain.resume.OUTCOMES`); the request record gets `resumed` (continuations opened)
+and `resumed_tokens` (ids sent again), and `endpoint` names the replica that finished it.
+A client that hangs up during a resume cancels it like any other wait: the lease is released by
+the caller's `finally`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+
+from application.replica_care import ReplicaCare
+from domain.canonical import ChatRequest, ChunkBatch, StreamChunk, StreamError
+from domain.completions import CompletionRequest
+from domain.errors import GatewayError
+from domain.records import RequestRecord
+from domain.resume import FAILED, NOT_RESUMABLE, RESUMED, TokenTrail, not_resumable
+from ports.admission import SlotLease
+
+ResumeListener = Callable[[str, str], None]
+"""Told (upstream, outcome) on each break of a stream of an upstream that resumes."""
+Opener = Callable[..., AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]]
+Continuation = Callable[[str | None], Opener]
+"""Given the replica that broke, the opener of the continuation (`replica=` is the care's)."""
+
+MOVE_WAIT = 10.0  # seconds a resume waits for a replica with room before it gives up
+_MOVE_POLL = 0.1
+
+
+class Resumes:
+    """Which upstreams resume, how often per request (`limits`: upstream -> max_resumes), and
+    the relay of a stream that may be resumed."""
+
+    __slots__ = ("_limits", "_listeners", "_wait")
+
+    def __init__(self, limits: Mapping[str, int] | None = None, listeners: Sequence[ResumeListener] = (),
+                 wait: float = MOVE_WAIT) -> None:  # fmt: skip
+        self._limits = dict(limits or {})
+        self._listeners = list(listeners)
+        self._wait = wait
+
+    def trail(self, upstream: str, request: ChatRequest | CompletionRequest) -> TokenTrail | None:
+        """A trail for a request this upstream could resume; None: sent as without resumes."""
+        if upstream not in self._limits or not_resumable(request) is not None:
+            return None
+        return TokenTrail()
+
+    def watches(self, upstream: str) -> bool:
+        return upstream in self._limits
+
+    def _count(self, upstream: str, outcome: str) -> None:
+        for listener in self._listeners:
+            listener(upstream, outcome)
+
+    async def relay(
+        self, care: ReplicaCare, upstream: str, lease: SlotLease, record: RequestRecord | None, opener: Opener,
+        continuation: Continuation, trail: TokenTrail | None, opened: Callable[[], Awaitable[None]] | None = None,
+    ) -> AsyncGenerator[ChunkBatch, None]:
+        """The batches of `opener`'s stream (opened through `care`), continued after a break
+        (see the module doc); `opened` is awaited once the first stream has opened. Failures
+        while the first stream opens are raised; once the client has its answer's head, a
+        failure is a `StreamError` chunk."""
+        first = True
+        while True:
+            held: ChunkBatch | None = None  # the broken batch's error chunk, while a resume is tried
+            try:
+                async with care.open(upstream, lease, record, opener) as batches:
+                    if first:
+                        if opened is not None:
+                            await opened()
+                    else:
+                        self._count(upstream, RESUMED)
+                    async for batch in batches:
+                        if batch and _broken(batch, trail):
+                            if self._may_resume(upstream, trail):
+                                held = batch[-1:]
+                                if len(batch) > 1:
+                                    yield batch[:-1]
+                                break
+                            self._count(upstream, NOT_RESUMABLE)
+                        yield batch
+            except GatewayError as error:
+                if first:
+                    raise
+                self._count(upstream, FAILED)
+                yield [_error_chunk(error)]
+                return
+            if held is None:
+                return
+            assert trail is not None
+            broken_at = lease.replica
+            target = await self._move(lease)
+            if target is None:
+                self._count(upstream, FAILED)
+                yield held
+                return
+            trail.restart()
+            if record is not None:
+                record.resumed += 1
+                record.resumed_tokens += len(trail.continuation_prompt())
+            first = False
+            opener = continuation(broken_at)
+
+    def _may_resume(self, upstream: str, trail: TokenTrail | None) -> bool:
+        return (trail is not None and trail.broken is not None and trail.resumable_now()
+                and trail.resumes < self._limits.get(upstream, 0))  # fmt: skip
+
+    async def _move(self, lease: SlotLease) -> str | None:
+        """Move the lease to another replica with room, waiting up to `wait` seconds for one;
+        None when there is none (or the shared ledger cannot be reached)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait
+        while True:
+            try:
+                target = await lease.move()
+            except GatewayError:
+                return None
+            if target is not None or loop.time() >= deadline:
+                return target
+            await asyncio.sleep(_MOVE_POLL)
+
+
+def _broken(batch: ChunkBatch, trail: TokenTrail | None) -> bool:
+    """The batch ends its stream with an error another replica might mend: one its trail marked,
+    or (a stream without a trail) a 5xx."""
+    if trail is not None:
+        return trail.broken is not None
+    events = batch[-1].events
+    return bool(events) and isinstance(events[-1], StreamError) and events[-1].status >= 500
+
+
+def _error_chunk(error: GatewayError) -> StreamChunk:
+    return StreamChunk(events=[StreamError(kind=error.kind, message=error.message, status=error.status)])
