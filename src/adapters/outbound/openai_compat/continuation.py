@@ -131,7 +131,7 @@ class ContinuationMapper:
             if text:
                 events.append(TextDelta(text=text))
             return
-        trail.vouched = vouched
+        trail.vouched, trail.reasoning = vouched, True  # vouched for below, as the text is shown
         pending = self._pending
         if text:
             pending.append((text, len(trail.generated)))
@@ -157,7 +157,6 @@ class ContinuationMapper:
         if count:
             events.append(ThinkingDelta(text=held[:shown]))
             trail.vouched = pending[count - 1][1]
-            trail.reasoning = True
             del pending[:count]
 
     def token_read(self, data: bytes) -> ChunkBatch | None:
