@@ -99,7 +99,9 @@ class ChatService:
                 trail = resumes.trail(upstream, request) if resumes.watches(upstream) else None
                 if trail is not None:  # asked as a stream, which a resume can mend (application.collected)
                     opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
-                    opener = functools.partial(client.open_stream, request, trail=trail)
+                    opener = functools.partial(
+                        self._budgets.opener(upstream, request, record, client.open_stream) if has_budget(request)
+                        else functools.partial(client.open_stream, request), trail=trail)  # fmt: skip
                     relay = resumes.relay(self._care, upstream, lease, record, opener,
                                           _continuation(client, request, trail, None), trail, opened)  # fmt: skip
                     async with contextlib.aclosing(relay) as batches:

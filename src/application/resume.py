@@ -27,6 +27,7 @@ from application.replica_care import ReplicaCare
 from domain.canonical import ChatRequest, ChunkBatch, StreamChunk, StreamError
 from domain.completions import CompletionRequest
 from domain.errors import GatewayError
+from domain.reasoning import has_budget
 from domain.records import RequestRecord
 from domain.resume import FAILED, NOT_RESUMABLE, RESUMED, TokenTrail, not_resumable
 from ports.admission import SlotLease
@@ -57,7 +58,7 @@ class Resumes:
         """A trail for a request this upstream could resume; None: sent as without resumes."""
         if upstream not in self._limits or not_resumable(request) is not None:
             return None
-        return TokenTrail()
+        return TokenTrail(budgeted=isinstance(request, ChatRequest) and has_budget(request))
 
     def watches(self, upstream: str) -> bool:
         return upstream in self._limits

@@ -45,11 +45,14 @@ class TokenTrail:
     vouched text ends inside the thinking. `tool_open`: a tool call was begun and not finished.
     `broken`: set (to the error's text) when the stream broke in a way another replica can
     mend (the connection, a timeout, a 5xx mid-stream), by the adapter that saw it.
+    `budgeted`: the request has a thinking budget, which only the server that began the
+    thinking counts: the answer can be resumed once its thinking is over, not inside it.
     """
 
-    __slots__ = ("broken", "generated", "prompt", "reasoning", "resumes", "sent_again", "tool_open", "vouched")
+    __slots__ = ("broken", "budgeted", "generated", "prompt", "reasoning", "resumes", "tool_open", "vouched")
 
-    def __init__(self) -> None:
+    def __init__(self, budgeted: bool = False) -> None:
+        self.budgeted = budgeted
         self.prompt: list[int] | None = None
         self.generated: list[int] = []
         self.vouched = 0
@@ -57,7 +60,6 @@ class TokenTrail:
         self.tool_open = False
         self.broken: str | None = None
         self.resumes = 0  # continuations opened so far
-        self.sent_again = 0  # prompt + generated ids sent again, over every continuation
 
     def note(self, ids: list[int] | None, text: bool, reasoning: bool = False) -> None:
         """One chunk of choice 0: its ids, whether it produced text (and whether that text was
@@ -75,8 +77,10 @@ class TokenTrail:
 
     def resumable_now(self) -> bool:
         """Whether what arrived allows a continuation: the prompt's ids are known (the server
-        returns ids) and no tool call is half-written."""
-        return self.prompt is not None and not self.tool_open
+        returns ids), no tool call is half-written, and a budgeted thinking is over."""
+        if self.prompt is None or self.tool_open:
+            return False
+        return not self.budgeted or (self.vouched > 0 and not self.reasoning)
 
     def restart(self) -> None:
         """A continuation opens: its ids follow the vouched ones (the rest are generated again)."""
@@ -98,8 +102,8 @@ def not_resumable(request: ChatRequest | CompletionRequest) -> str | None:
     constrained answer (structured outputs: the grammar's state is not carried over), logprobs
     (the continuation's are of another shape), stop strings (the server holds back text that may
     begin one, so the text the client has is not the text of the ids), tools offered (a text
-    completion runs no tool parser), a thinking budget (counted by the first server alone), a
-    suffix or echo (text completions of another kind).
+    completion runs no tool parser), a suffix or echo (text completions of another kind). A
+    thinking budget limits resumes to after the thinking (`TokenTrail.budgeted`).
     """
     if request.n != 1 or (request.best_of is not None and request.best_of > 1):
         return "several sequences"
@@ -112,8 +116,6 @@ def not_resumable(request: ChatRequest | CompletionRequest) -> str | None:
     if isinstance(request, ChatRequest):
         if request.tools and not _no_tools(request.tool_choice):
             return "tools"
-        if request.reasoning is not None and request.reasoning.budget_tokens is not None:
-            return "thinking budget"
         if request.top_logprobs:
             return "logprobs"
     elif request.suffix is not None or request.echo or len(request.prompt) != 1:

@@ -19,6 +19,8 @@ from domain.canonical import (
     TextDelta,
     TextPart,
     ThinkingDelta,
+    ToolChoice,
+    ToolSpec,
     UsageReport,
 )
 from domain.completions import CompletionRequest
@@ -181,4 +183,18 @@ def test_what_cannot_be_resumed() -> None:
         == "structured output"
     assert not_resumable(msgspec.structs.replace(base, sampling=Sampling(response_format={"type": "text"}))) is None
     assert not_resumable(CompletionRequest(model="m", prompt=["a"])) is None
+    assert not_resumable(msgspec.structs.replace(base, tools=[ToolSpec(name="f")])) == "tools"
+    assert not_resumable(msgspec.structs.replace(base, tools=[ToolSpec(name="f")],
+                                                 tool_choice=ToolChoice(mode="none"))) is None
     assert not_resumable(CompletionRequest(model="m", prompt=["a"], echo=True)) is not None
+
+
+def test_a_budgeted_thinking_is_resumed_only_once_it_is_over() -> None:
+    trail = TokenTrail(budgeted=True)
+    trail.prompt = [1]
+    assert not trail.resumable_now()  # nothing yet: a continuation would think without the budget
+    trail.note([200], True, reasoning=True)
+    assert not trail.resumable_now()
+    trail.note([299], False)
+    trail.note([100], True)
+    assert trail.resumable_now()
