@@ -84,7 +84,7 @@ def handle(stub: StubState, proto: HttpProtocol, path: bytes, body: bytes, keep:
     if reply.wire is not None and stub.faults is not None and config.fault == DIE_MID_STREAM:
         fault = stub.faults.draw()  # completions count with the chat requests (--fault-after, --fault-limit)
     line = (f"{reply.kind} start model={encode(reply.model).decode()} stream={'true' if reply.stream else 'false'}"
-            f"{reply.detail}{f' fault={fault}' if fault else ''}")  # fmt: skip
+            f"{reply.detail}")  # fmt: skip
     data, sequences = reply.data, reply.sequences
     paced = reply.stream and config.chunk_delay
     scheduler = stub.scheduler
@@ -96,7 +96,7 @@ def handle(stub: StubState, proto: HttpProtocol, path: bytes, body: bytes, keep:
 
     async def later() -> None:
         turn = scheduler.enter(sequences) if scheduler is not None else None
-        _start(stub, proto, line)
+        _start(stub, proto, line, fault)
         try:
             if scheduler is None:
                 await play()
@@ -170,8 +170,9 @@ def _answer(stub: StubState, path: bytes, body: bytes, keep: bool) -> Reply:
     return Reply(req.model, True, "completion", data, sequences, detail, wire)
 
 
-def _start(stub: StubState, proto: HttpProtocol, line: str) -> None:
-    """Count the request in flight, with the chat requests, and write its `--log` line."""
+def _start(stub: StubState, proto: HttpProtocol, line: str, fault: str | None = None) -> None:
+    """Count the request in flight, with the chat requests, and write its `--log` line (ending
+    with ``fault=KIND``, before any ``body=``, when one is injected, as a chat line does)."""
     proto.counted = True
     stub.in_flight += 1
     stub.max_concurrent = max(stub.max_concurrent, stub.in_flight)
@@ -179,7 +180,7 @@ def _start(stub: StubState, proto: HttpProtocol, line: str) -> None:
         scheduler = stub.scheduler
         seqs = f" waiting={scheduler.waiting} seqs={scheduler.used}" if scheduler is not None else ""
         text = (f"{time.time():.3f} {line} in_flight={stub.in_flight} max_concurrent={stub.max_concurrent}{seqs}"
-                f"{stub.logged_body(proto)}\n")
+                f"{f' fault={fault}' if fault else ''}{stub.logged_body(proto)}\n")
         os.write(stub.log_fd, text.encode())
 
 
