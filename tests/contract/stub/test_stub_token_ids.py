@@ -88,8 +88,8 @@ async def test_a_chat_stream_reports_its_tokens_and_a_token_prompt_continues_it(
 
 async def test_max_tokens_counts_the_continuation_and_a_body_carries_the_ids(reasoning_url: str) -> None:
     prompt, ids, texts = await chat_tokens(reasoning_url)
-    body = await post(reasoning_url, "/v1/completions",
-                      {"model": "m", "prompt": prompt + ids[:3], "max_tokens": 4, "return_token_ids": True})  # fmt: skip
+    cut = {"model": "m", "prompt": prompt + ids[:3], "max_tokens": 4, "return_token_ids": True}
+    body = await post(reasoning_url, "/v1/completions", cut)
     choice = body["choices"][0]
     assert (choice["token_ids"], choice["text"], choice["finish_reason"]) == (ids[3:7], "".join(texts[3:7]), "length")
     assert choice["prompt_token_ids"] == prompt + ids[:3] and body["usage"]["prompt_tokens"] == len(prompt) + 3
@@ -119,9 +119,9 @@ async def test_die_mid_stream_sends_n_token_chunks_then_resets(path: str, delay:
         assert not any(c["choices"][0]["finish_reason"] for c in chunks)
         if path == "/v1/chat/completions":
             assert chunks[0]["choices"][0]["delta"]["role"] == "assistant" and len(chunks) == 4
+        streamed = {**body, "stream": True}
         with pytest.raises(httpx.TransportError):  # httpx: a reset (ReadError) mid-body
-            async with httpx.AsyncClient() as client, client.stream("POST", base + path, json={**body, "stream": True}) \
-                    as resp:  # fmt: skip
+            async with httpx.AsyncClient() as client, client.stream("POST", base + path, json=streamed) as resp:
                 async for _ in resp.aiter_bytes():
                     pass
         with pytest.raises(aiohttp.ClientError):  # not streamed: reset before any answer
