@@ -13,8 +13,9 @@ tokens with finish_reason ``"length"``; they limit content tokens only, never re
 
 Reasoning text (``--reasoning``): ``REASONING`` pieces, "Let me think about this."; a
 request's ``thinking_token_budget`` N keeps the first N pieces (vLLM ends the thinking after
-N tokens; 0: none; -1: unlimited). Without ``--reasoning`` a budget is refused, as vLLM
-without ``--reasoning-parser`` refuses it (``stub.chat``).
+N tokens; 0: none; -1: unlimited). The end of thinking is a token of its own (``stub.tokens``),
+counted in ``completion_tokens`` as vLLM counts ``</think>``. Without ``--reasoning`` a budget is
+refused, as vLLM without ``--reasoning-parser`` refuses it (``stub.chat``).
 
 Tool calls: ``stub.tools`` picks the tool and makes up its arguments. ``max_tokens`` below
 the count of argument fragments a stream sends cuts them there with finish_reason
@@ -74,6 +75,9 @@ class Answer:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int | None = None  # --prefix-cache: reported as usage.prompt_tokens_details
+    prompt_ids: tuple[int, ...] = ()  # the prompt's token ids (return_token_ids)
+    think_end: bool = False  # the end-of-thinking token comes between reasoning and content
+    fragments: tuple[str, ...] = ()  # a tool call's arguments as streamed, one token each
 
 
 def build_answer(req: ChatRequest, tokens: int, reasoning: bool, max_model_len: int = MAX_MODEL_LEN) -> Answer:
@@ -87,7 +91,8 @@ def build_answer(req: ChatRequest, tokens: int, reasoning: bool, max_model_len: 
     budget = req.thinking_token_budget
     if thoughts and budget is not None and budget >= 0:
         thoughts = thoughts[:budget]  # vLLM ends the thinking after that many tokens
-    prompt_tokens = len(token_ids(message_texts(req.messages)))
+    prompt_ids = tuple(token_ids(message_texts(req.messages)))
+    prompt_tokens, ended = len(prompt_ids), reasoning
     limit = req.max_completion_tokens if req.max_tokens is None else req.max_tokens
     room = max_model_len - prompt_tokens
     limit = room if limit is None or limit > room else limit
@@ -97,8 +102,9 @@ def build_answer(req: ChatRequest, tokens: int, reasoning: bool, max_model_len: 
         if limit is not None and limit < len(fragments):  # out of tokens mid-call
             fragments, finish = fragments[: max(limit, 0)], "length"
             arguments = "".join(fragments)
-        used = len(thoughts) + len(fragments)
-        return Answer(thoughts, (), tool.function.name, arguments, finish, None, prompt_tokens, used)
+        used = len(thoughts) + int(ended) + len(fragments)
+        return Answer(thoughts, (), tool.function.name, arguments, finish, None, prompt_tokens, used,
+                      prompt_ids=prompt_ids, think_end=ended, fragments=tuple(fragments))
     finish = "stop"
     if limit is not None and limit < tokens:
         tokens, finish = max(limit, 0), "length"
@@ -107,4 +113,6 @@ def build_answer(req: ChatRequest, tokens: int, reasoning: bool, max_model_len: 
         pieces, matched = _cut_at_stop(pieces, [req.stop] if isinstance(req.stop, str) else req.stop)
         if matched is not None:
             finish = "stop"
-    return Answer(thoughts, pieces, None, "", finish, matched, prompt_tokens, len(thoughts) + len(pieces))
+    used = len(thoughts) + int(ended) + len(pieces)
+    return Answer(thoughts, pieces, None, "", finish, matched, prompt_tokens, used, prompt_ids=prompt_ids,
+                  think_end=ended)

@@ -25,7 +25,15 @@ import msgspec
 from stub.answers import Answer, build_answer
 from stub.chat_wire import DONE_FRAME, completion_body, stream_frames, stream_parts
 from stub.connection import CHUNKED_END, STREAM_HEAD, HttpProtocol, chunked, response
-from stub.faults import HTTP_FAULTS, answer_fault, http_fault, stream_fault
+from stub.faults import (
+    DIE_MID_STREAM,
+    HTTP_FAULTS,
+    answer_fault,
+    die_before_answer,
+    die_mid_stream,
+    http_fault,
+    stream_fault,
+)
 from stub.schema import (
     BUDGET_INVALID,
     BUDGET_REFUSAL,
@@ -78,11 +86,13 @@ def handle(stub: StubState, proto: HttpProtocol, body: bytes, keep: bool) -> asy
         and (stub.scheduler is None or stub.scheduler.free(req.sequences))
     ):
         rid, call_id, created = _ids(stub)
+        return_ids = bool(req.return_token_ids)
         if req.stream:
-            frames = stream_frames(answer, rid, created, req.model, call_id, _usage_wanted(stub, req), req.n or 1)
+            frames = stream_frames(answer, rid, created, req.model, call_id, _usage_wanted(stub, req), req.n or 1,
+                                   return_ids)  # fmt: skip
             out = _stream_head(keep) + chunked(frames) + CHUNKED_END
         else:
-            out = response(200, completion_body(answer, rid, created, req.model, call_id, req.n or 1), keep)
+            out = response(200, completion_body(answer, rid, created, req.model, call_id, req.n or 1, return_ids), keep)
         _start(stub, proto, req)
         stub.release(proto)
         proto.finish(out, keep)
@@ -219,13 +229,23 @@ def _fault(
     if fault in HTTP_FAULTS:  # refused before it starts, like --error-rate: never in flight
         proto.finish(http_fault(fault, keep), keep)
         return None
-    hold = stub.config.hold
+    cfg = stub.config
+    hold, return_ids = cfg.hold, bool(req.return_token_ids)
     rid, call_id, created = _ids(stub)
+    if fault == DIE_MID_STREAM:
+        if not req.stream:
+            return _later(stub, proto, req, fault, lambda _: die_before_answer(proto, hold))
+        n = req.n or 1
+        opening, tokens, _ = stream_parts(answer, rid, created, req.model, call_id, False, n, return_ids)
+        sent, head = tokens[: cfg.fault_after_tokens * n], _stream_head(keep)  # each token once per choice
+        return _later(stub, proto, req, fault,
+                      lambda _: die_mid_stream(proto, head, opening, sent, hold, cfg.chunk_delay))  # fmt: skip
     if req.stream:
-        frames = stream_frames(answer, rid, created, req.model, call_id, _usage_wanted(stub, req))
+        usage = _usage_wanted(stub, req)
+        frames = stream_frames(answer, rid, created, req.model, call_id, usage, return_ids=return_ids)
         head = _stream_head(keep)
         return _later(stub, proto, req, fault, lambda _: stream_fault(proto, fault, head, frames, keep, hold))
-    payload = response(200, completion_body(answer, rid, created, req.model, call_id), keep)
+    payload = response(200, completion_body(answer, rid, created, req.model, call_id, return_ids=return_ids), keep)
     return _later(stub, proto, req, fault, lambda _: answer_fault(proto, fault, payload, keep, hold))
 
 
@@ -239,14 +259,15 @@ async def _generate(
         answer = dataclasses.replace(answer, cached_tokens=cached)
         wait += cfg.prefill_ms_per_1k_tokens * (answer.prompt_tokens - cached) / 1e6
     rid, call_id, created = _ids(stub)
+    return_ids = bool(req.return_token_ids)
     if not req.stream:
-        payload = response(200, completion_body(answer, rid, created, req.model, call_id, req.n or 1), keep)
+        payload = response(200, completion_body(answer, rid, created, req.model, call_id, req.n or 1, return_ids), keep)
         if wait:
             await asyncio.sleep(wait)
         proto.finish(payload, keep)
         return
     opening, tokens, closing = stream_parts(answer, rid, created, req.model, call_id, _usage_wanted(stub, req),
-                                            req.n or 1)
+                                            req.n or 1, return_ids)
     if wait:
         await asyncio.sleep(wait)
     delay = cfg.chunk_delay

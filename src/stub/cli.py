@@ -11,7 +11,7 @@ import math
 import sys
 
 from stub.config import StubConfig
-from stub.faults import KINDS, RANDOM
+from stub.faults import DEFAULT_AFTER_TOKENS, DIE_MID_STREAM, KINDS, RANDOM
 from stub.prefix_cache import BLOCK_TOKENS, DEFAULT_CAPACITY
 from stub.schema import MAX_MODEL_LEN
 from stub.server import run_server
@@ -23,8 +23,10 @@ FAULT_HELP = (
     "(a non-JSON data: frame mid-stream; non-stream: a non-JSON body), http-4xx (400 in vLLM's "
     "error shape: context length exceeded), http-5xx (500 in vLLM's shape), http-5xx-html (502 with an "
     "ingress's HTML page naming an internal address), truncated (the stream "
-    "ends without finish_reason and [DONE]; non-stream: no finish_reason), or random (one of "
-    "these per faulty request)"
+    "ends without finish_reason and [DONE]; non-stream: no finish_reason), die-mid-stream (a replica "
+    "killed mid-answer: the first --fault-after-tokens token chunks, then a reset; non-stream: a reset "
+    "before any answer; the one kind that also strikes /v1/completions), or random (one of "
+    "these per faulty chat request)"
 )
 
 
@@ -138,7 +140,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault-rate", type=_fraction, default=None, metavar="P",
                         help="fraction of chat requests given the --fault (default 1 when --fault is set)")  # fmt: skip
     parser.add_argument("--fault-after", type=_count, default=None, metavar="N",
-                        help="answer the first N chat requests normally, then the --fault (default 0)")  # fmt: skip
+                        help="answer the first N chat requests (with die-mid-stream: chat and text completion "
+                        "requests) normally, then the --fault (default 0)")  # fmt: skip
+    parser.add_argument("--fault-limit", type=_count, default=None, metavar="N",
+                        help="inject the --fault into N requests at most, then answer every request normally: "
+                        "with --fault-after A, requests A+1.. are faulty (at --fault-rate) until N faults were "
+                        "injected (default: no limit; --fault-limit 1: the first request fails, the next ones "
+                        "are fine)")  # fmt: skip
+    parser.add_argument("--fault-after-tokens", type=_count, default=None, metavar="N",
+                        help="with --fault die-mid-stream (or random): the token chunks a stream sends before "
+                        f"the reset; reasoning tokens count (default {DEFAULT_AFTER_TOKENS})")  # fmt: skip
     parser.add_argument("--max-num-seqs", type=_positive, default=None, metavar="N",
                         help="like vLLM's: at most N sequences generate at once (a request for n choices is n; "
                         "chat and text completions), the others wait inside the stub in arrival order (--log lines add "
@@ -170,11 +181,17 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         raise SystemExit("stub: --fault-rate needs --fault KIND")
     if args.fault is None and args.fault_after is not None:
         raise SystemExit("stub: --fault-after needs --fault KIND")
+    if args.fault is None and args.fault_limit is not None:
+        raise SystemExit("stub: --fault-limit needs --fault KIND")
+    if args.fault_after_tokens is not None and args.fault not in (DIE_MID_STREAM, RANDOM):
+        raise SystemExit(f"stub: --fault-after-tokens needs --fault {DIE_MID_STREAM} (or {RANDOM})")
+    after_tokens = DEFAULT_AFTER_TOKENS if args.fault_after_tokens is None else args.fault_after_tokens
     return StubConfig(hold=args.hold, tokens=args.tokens, reasoning=args.reasoning,
                       error_rate=args.error_rate, seed=args.seed, log_path=args.log,
                       log_headers=args.log_headers, log_bodies=args.log_bodies, stream_usage=not args.no_usage,
                       models=models, chunk_delay=args.chunk_delay,
                       fault=args.fault, fault_rate=rate, fault_after=args.fault_after or 0,
+                      fault_limit=args.fault_limit, fault_after_tokens=after_tokens,
                       max_num_seqs=args.max_num_seqs, prefix_cache=args.prefix_cache,
                       prefix_cache_blocks=args.prefix_cache_blocks,
                       prefill_ms_per_1k_tokens=args.prefill_ms_per_1k_tokens,

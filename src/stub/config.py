@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stub.faults import DEFAULT_AFTER_TOKENS
 from stub.prefix_cache import DEFAULT_CAPACITY
 from stub.schema import MAX_MODEL_LEN
 
@@ -26,6 +27,8 @@ class StubConfig:
     fault: str | None = None  # a kind of stub.faults.KINDS, or "random"
     fault_rate: float = 1.0
     fault_after: int = 0  # chat requests answered normally before the faults begin
+    fault_limit: int | None = None  # faults injected at most, then every request is fine
+    fault_after_tokens: int = DEFAULT_AFTER_TOKENS  # die-mid-stream: token chunks before the reset
     max_num_seqs: int | None = None  # None: every request generates at once
     prefix_cache: bool = False
     prefix_cache_blocks: int = DEFAULT_CAPACITY

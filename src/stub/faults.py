@@ -15,10 +15,21 @@ Each kind imitates a way a vLLM server (or the network in front of it) fails:
   address), as a proxy in front of vLLM answers when the pod behind it is gone.
 - ``truncated``: stream: the body ends cleanly but without the finish chunk and without
   ``[DONE]``; non-stream: a complete JSON answer whose choice has no finish_reason.
+- ``die-mid-stream``: a replica killed while generating (SIGKILL, a lost node). A stream sends
+  its head and its first ``--fault-after-tokens`` N token chunks (default 4; reasoning tokens
+  count, paced by ``--chunk-delay``), then the connection is reset: no finish chunk, no
+  ``[DONE]``, no end of the chunked body. Non-stream: a reset before any answer. The only kind
+  that also strikes text completions (``/v1/completions``), as a stream resumed on another
+  replica may meet it again.
 
-``random`` picks one kind per faulty request. ``--fault-after N`` answers the first N
-chat requests normally and only then starts failing (a replica that goes bad). The draws use the stub's seeded RNG, so a
-given ``--seed`` and request order give the same faults. Stalls are bounded by
+``random`` picks one kind per faulty request (chat requests only). Which requests are faulty:
+the picker sees each chat request (and, under ``die-mid-stream``, each text completion) in
+arrival order; ``--fault-after N`` lets the first N of them through (a replica that goes bad),
+then each one is faulty with probability ``--fault-rate`` (default 1) until ``--fault-limit M``
+faults were injected (default: no limit), and from then on every request is fine (a replica
+that recovers, or was replaced). So ``--fault-limit 1``: the first request fails, the next ones
+are fine; ``--fault-after 1``: the first is fine, the next ones fail. The draws use the stub's
+seeded RNG, so a given ``--seed`` and request order give the same faults. Stalls are bounded by
 ``STALL_LIMIT`` seconds (then the connection is reset). Everything here is off the fast
 path: a stub without ``--fault`` never reaches this module per request.
 """
@@ -43,8 +54,11 @@ KINDS = (
     "http-5xx",
     "http-5xx-html",
     "truncated",
+    "die-mid-stream",
 )
 RANDOM = "random"
+DIE_MID_STREAM = "die-mid-stream"
+DEFAULT_AFTER_TOKENS = 4  # die-mid-stream: token chunks sent before the reset
 HTTP_FAULTS = ("http-4xx", "http-5xx", "http-5xx-html")
 STALL_LIMIT = 300.0  # a stalled answer gives up (reset) after this long at the latest
 GAP = 0.05  # after a partial answer, before the reset: the client reads what it got first
@@ -66,20 +80,25 @@ CONTEXT_MESSAGE = (
 class FaultPicker:
     """Decides, per chat request, whether and which fault to inject."""
 
-    __slots__ = ("after", "kind", "rate", "rng")
+    __slots__ = ("after", "kind", "left", "rate", "rng")
 
-    def __init__(self, kind: str, rate: float, rng: random.Random, after: int = 0) -> None:
+    def __init__(
+        self, kind: str, rate: float, rng: random.Random, after: int = 0, limit: int | None = None
+    ) -> None:
         if kind != RANDOM and kind not in KINDS:
             raise ValueError(f"unknown fault kind {kind!r}")
         self.kind, self.rate, self.rng = kind, rate, rng
         self.after = after  # healthy requests left before the faults begin (`--fault-after`)
+        self.left = limit  # faults left to inject (`--fault-limit`); None: no limit
 
     def draw(self) -> str | None:
         if self.after:
             self.after -= 1
             return None
-        if self.rate < 1.0 and self.rng.random() >= self.rate:
+        if self.left == 0 or (self.rate < 1.0 and self.rng.random() >= self.rate):
             return None
+        if self.left is not None:
+            self.left -= 1
         return self.rng.choice(KINDS) if self.kind == RANDOM else self.kind
 
 
@@ -140,6 +159,31 @@ async def stream_fault(
         return
     proto.write(head + chunked(frames[:some]))
     await (_stall(proto) if kind == "stall-mid-stream" else _reset_after_gap(proto))
+
+
+async def die_mid_stream(
+    proto: HttpProtocol, head: bytes, opening: list[bytes], tokens: list[bytes], hold: float, delay: float
+) -> None:
+    """``die-mid-stream`` on a stream: the head, `opening` and the `tokens` frames (the first N of
+    the answer, paced by `delay` as a healthy answer is), then a reset (``proto.reset``: no
+    finish chunk, no ``[DONE]``, no chunked terminator)."""
+    if hold:
+        await asyncio.sleep(hold)
+    proto.write(head + chunked(opening + tokens[:1]))
+    for frame in tokens[1:]:
+        if delay:
+            await asyncio.sleep(delay)
+            await proto.drain()
+        proto.write(chunked([frame]))
+    await _reset_after_gap(proto)
+
+
+async def die_before_answer(proto: HttpProtocol, hold: float) -> None:
+    """``die-mid-stream`` on a non-streamed request: the replica dies while generating, so the
+    connection is reset before any byte of an answer."""
+    if hold:
+        await asyncio.sleep(hold)
+    proto.reset()
 
 
 async def answer_fault(proto: HttpProtocol, kind: str, payload: bytes, keep: bool, hold: float) -> None:

@@ -65,6 +65,7 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     best_of: int | None = None
     # vLLM's cap on reasoning tokens; -1 is "unlimited" (vLLM reads it as unset).
     thinking_token_budget: int | None = None
+    return_token_ids: bool | None = None  # vLLM's: the prompt's and the answer's token ids (stub.tokens)
 
     @property
     def sequences(self) -> int:

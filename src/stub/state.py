@@ -33,7 +33,9 @@ class StubState:
         self.log_bodies = config.log_bodies and bool(config.log_path)
         self.rng = random.Random(config.seed)
         self.faults = (
-            FaultPicker(config.fault, config.fault_rate, self.rng, config.fault_after) if config.fault else None
+            FaultPicker(config.fault, config.fault_rate, self.rng, config.fault_after, config.fault_limit)
+            if config.fault
+            else None
         )
         self.scheduler = Scheduler(config.max_num_seqs) if config.max_num_seqs else None
         self.cache = PrefixCache(config.prefix_cache_blocks) if config.prefix_cache else None

@@ -61,6 +61,8 @@ TABLE: dict[str, tuple[Outcome, Outcome]] = {
     "http-5xx": _before(502, "upstream-error"),
     "http-5xx-html": _before(502, "upstream-error"),
     "truncated": (Outcome(502, "upstream-protocol-error"), Outcome(200, "upstream-protocol-error")),
+    # a replica killed mid-answer: non-stream, nothing was answered; a stream relayed its first tokens
+    "die-mid-stream": (Outcome(502, "upstream-unavailable"), Outcome(200, "upstream-error")),
 }
 KIND_STATUS = {"upstream-unavailable": 502, "upstream-error": 502, "upstream-protocol-error": 502,
                "upstream-timeout": 504, "context-length-exceeded": 400}  # fmt: skip

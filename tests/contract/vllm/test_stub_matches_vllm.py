@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from tests.support.processes import Proc, Processes
-from tests.support.real_vllm import MAX_MODEL_LEN, MAX_NUM_SEQS, MODEL, Fleet, VllmServer
+from tests.support.real_vllm import MAX_MODEL_LEN, MAX_NUM_SEQS, MODEL, REASONING_MODEL, Fleet, VllmServer
 
 # vLLM's members the stub leaves out (beside those vLLM sends as null: nothing said): nothing in
 # the gateway reads them. By surface; "*" for every answer.
@@ -176,3 +176,109 @@ def test_the_scheduler_gauges_match(both: tuple[Proc, VllmServer]) -> None:
         return {(name, re.sub(r'"[^"]*"', '""', labels)) for name, labels in family.findall(page)}
 
     assert gauges(stub.url) >= gauges(vllm.url)
+
+
+# -- token ids (`return_token_ids`): the members, where vLLM puts them, with and without ----------
+IGNORED = {"system_fingerprint"}  # vLLM's, on its last chunk; nothing reads it
+
+
+def members(chunks: list[Any]) -> dict[str, set[str]]:
+    """The members (nulls included) of each kind of chunk: `first`, `token`, `finish`, `usage`;
+    top-level names, and a choice's as `choices[].name`."""
+    out: dict[str, set[str]] = {}
+    for i, chunk in enumerate(chunks):
+        if chunk == "[DONE]":
+            continue
+        choices = chunk["choices"]
+        kind = "usage" if not choices else "first" if i == 0 else "finish" if choices[0]["finish_reason"] else "token"
+        out.setdefault(kind, set()).update(chunk.keys() - IGNORED)
+        out[kind].update(f"choices[].{name}" for choice in choices for name in choice)
+    return out
+
+
+PROMPT_IDS = [5, 6, 7, 8]
+STREAMS = [
+    ("/v1/chat/completions", {**CHAT, "return_token_ids": True}),
+    ("/v1/chat/completions", CHAT),
+    ("/v1/completions", {"model": MODEL, "prompt": PROMPT_IDS, "max_tokens": 5, "return_token_ids": True}),
+    ("/v1/completions", {"model": MODEL, "prompt": "shape", "max_tokens": 5}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), STREAMS)
+def test_stream_chunks_have_vllms_token_id_members(both: tuple[Proc, VllmServer], path: str,
+                                                   body: dict[str, Any]) -> None:  # fmt: skip
+    stub, vllm = both
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    got = {who: events(call(server.url, path, streamed)[1]) for who, server in (("stub", stub), ("vllm", vllm))}
+    assert members(got["stub"]) == members(got["vllm"])
+    for who, chunks in got.items():  # and their values: the prompt's ids once, then every token's
+        first, rest, usage = chunks[0], chunks[1:-2], chunks[-2]["usage"]
+        wanted = body.get("return_token_ids", False)
+        prompt = first.get("prompt_token_ids") or first["choices"][0].get("prompt_token_ids")
+        assert (prompt is not None) == wanted, who
+        if not wanted:
+            assert all(c["choices"][0]["token_ids"] is None for c in rest), who
+            continue
+        assert len(prompt) == usage["prompt_tokens"], who
+        if path == "/v1/completions":
+            assert prompt == PROMPT_IDS and all(c["choices"][0]["prompt_token_ids"] is None for c in rest), who
+        ids = [i for c in chunks[:-2] for i in c["choices"][0].get("token_ids") or []]
+        assert len(ids) == usage["completion_tokens"], who
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {**CHAT, "return_token_ids": True}),
+    ("/v1/completions", {"model": MODEL, "prompt": PROMPT_IDS, "max_tokens": 5, "return_token_ids": True}),
+])  # fmt: skip
+def test_bodies_carry_the_ids_where_vllm_puts_them(both: tuple[Proc, VllmServer], path: str,
+                                                   body: dict[str, Any]) -> None:  # fmt: skip
+    for who, server in zip(("stub", "vllm"), both, strict=True):
+        for asked in (True, False):
+            answer = json.loads(call(server.url, path, {**body, "return_token_ids": asked})[1])
+            choice, usage = answer["choices"][0], answer["usage"]
+            prompt = answer["prompt_token_ids"] if path == "/v1/chat/completions" else choice["prompt_token_ids"]
+            if not asked:  # the members are there, null
+                assert prompt is None and "token_ids" in choice and choice["token_ids"] is None, who
+                continue
+            assert len(prompt) == usage["prompt_tokens"] and len(choice["token_ids"]) == usage["completion_tokens"], who
+            if path == "/v1/completions":
+                assert prompt == PROMPT_IDS, who
+
+
+def test_a_token_prompt_continues_a_chat_answer_on_both(both: tuple[Proc, VllmServer]) -> None:
+    """What a gateway resuming a broken stream sends: the chat's prompt ids and the ids generated
+    so far as a completion prompt; both continue with the ids the chat went on with (greedy)."""
+    for who, server in zip(("stub", "vllm"), both, strict=True):
+        chat = json.loads(call(server.url, "/v1/chat/completions",
+                               {**CHAT, "max_tokens": 6, "temperature": 0, "return_token_ids": True})[1])  # fmt: skip
+        ids = chat["choices"][0]["token_ids"]
+        assert len(ids) == 6, who
+        rest = json.loads(call(server.url, "/v1/completions", {
+            "model": MODEL, "prompt": chat["prompt_token_ids"] + ids[:2], "max_tokens": 4, "temperature": 0,
+            "return_token_ids": True})[1])  # fmt: skip
+        assert rest["choices"][0]["token_ids"] == ids[2:], who
+        assert rest["usage"]["prompt_tokens"] == chat["usage"]["prompt_tokens"] + 2, who
+
+
+@pytest.fixture(scope="module")
+def both_reasoning(tmp_path_factory: pytest.TempPathFactory, vllm_fleet: Fleet) -> Iterator[tuple[Proc, VllmServer]]:
+    procs = Processes(tmp_path_factory.mktemp("stub-vs-vllm-reasoning"))
+    try:
+        yield procs.stub("--models", REASONING_MODEL, "--reasoning"), vllm_fleet["reasoning"]
+    finally:
+        procs.stop_all()
+
+
+def test_the_end_of_thinking_comes_as_an_empty_delta_with_its_id(both_reasoning: tuple[Proc, VllmServer]) -> None:
+    body = {"model": REASONING_MODEL, "messages": CHAT["messages"], "max_tokens": 6, "thinking_token_budget": 2,
+            "stream": True}  # fmt: skip
+    for who, server in zip(("stub", "vllm"), both_reasoning, strict=True):
+        with_ids = [c["choices"][0] for c in events(call(server.url, "/v1/chat/completions",
+                                                         {**body, "return_token_ids": True})[1])[1:-1]]  # fmt: skip
+        last = max(i for i, c in enumerate(with_ids) if "reasoning" in c["delta"])
+        end = with_ids[last + 1]
+        assert end["delta"] == {} and len(end["token_ids"]) == 1 and end["finish_reason"] is None, who
+        assert "content" in with_ids[last + 2]["delta"], who
+        plain = [c["choices"][0] for c in events(call(server.url, "/v1/chat/completions", body)[1])[1:-1]]
+        assert not any(c["delta"] == {} and c["finish_reason"] is None for c in plain), who  # no chunk for it

@@ -86,14 +86,15 @@ def test_stop_string_beyond_length_limit_is_not_matched() -> None:
 def test_reasoning_counts_in_completion_tokens_only_when_enabled() -> None:
     answer = build_answer(chat(), tokens=4, reasoning=True)
     assert "".join(answer.reasoning) == "Let me think about this."
-    assert answer.completion_tokens == 4 + len(answer.reasoning)
+    assert answer.completion_tokens == 4 + len(answer.reasoning) + 1  # and the end of thinking, as vLLM
+    assert build_answer(chat(), tokens=4, reasoning=False).completion_tokens == 4
 
 
 @pytest.mark.parametrize(("budget", "thought"), [(None, "Let me think about this."), (-1, "Let me think about this."),
                                                  (2, "Let me"), (0, ""), (99, "Let me think about this.")])
 def test_a_thinking_budget_keeps_that_many_reasoning_tokens(budget: int | None, thought: str) -> None:
     answer = build_answer(chat(thinking_token_budget=budget), tokens=4, reasoning=True)
-    assert "".join(answer.reasoning) == thought and answer.completion_tokens == 4 + len(answer.reasoning)
+    assert "".join(answer.reasoning) == thought and answer.completion_tokens == 4 + len(answer.reasoning) + 1
 
 
 @pytest.mark.parametrize(
@@ -250,7 +251,7 @@ def test_completion_body_shape() -> None:
     message = body["choices"][0]["message"]
     assert message["content"] == "alpha bravo"
     assert message["reasoning"] == "Let me think about this."
-    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 7, "total_tokens": 9}
+    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 8, "total_tokens": 10}  # 5 + </think> + 2
 
 
 def test_stream_frames_order_and_usage() -> None:
@@ -263,7 +264,7 @@ def test_stream_frames_order_and_usage() -> None:
     assert deltas[9] == {}
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["choices"] == []
-    assert chunks[-1]["usage"]["completion_tokens"] == 8
+    assert chunks[-1]["usage"]["completion_tokens"] == 9  # 5 reasoning + </think> + 3 content
     assert {c["id"] for c in chunks} == {"chatcmpl-1"}
 
 

@@ -52,3 +52,31 @@ def test_command_line_defaults_and_rate() -> None:
         config_from_args(parse("--fault-rate", "0.5"))  # a rate needs a kind
     with pytest.raises(SystemExit):
         parse("--fault", "random", "--fault-rate", "2")
+
+
+def test_fault_after_and_fault_limit_set_up_a_replica_that_goes_bad_or_recovers() -> None:
+    def draws(**options: int) -> list[str | None]:
+        picker = FaultPicker("die-mid-stream", 1.0, random.Random(0), **options)
+        return [picker.draw() for _ in range(4)]
+
+    die = "die-mid-stream"
+    assert draws() == [die] * 4
+    assert draws(after=1) == [None, die, die, die]  # the first is fine, then every one dies
+    assert draws(limit=1) == [die, None, None, None]  # the first dies, the next ones are fine
+    assert draws(after=1, limit=2) == [None, die, die, None]
+    picker = FaultPicker("die-mid-stream", 0.5, random.Random(3), limit=3)
+    assert [picker.draw() for _ in range(200)].count(die) == 3  # the rate draws, the limit stops
+
+
+def test_die_mid_stream_options_on_the_command_line() -> None:
+    config = config_from_args(parse("--fault", "die-mid-stream"))
+    assert (config.fault, config.fault_after_tokens, config.fault_limit) == ("die-mid-stream", 4, None)
+    config = config_from_args(parse("--fault", "die-mid-stream", "--fault-after-tokens", "0", "--fault-limit", "1"))
+    assert (config.fault_after_tokens, config.fault_limit) == (0, 1)
+    assert config_from_args(parse("--fault", "random", "--fault-after-tokens", "2")).fault_after_tokens == 2
+    with pytest.raises(SystemExit):
+        config_from_args(parse("--fault", "truncated", "--fault-after-tokens", "2"))  # no tokens to count there
+    with pytest.raises(SystemExit):
+        config_from_args(parse("--fault-limit", "1"))  # a limit needs a kind
+    with pytest.raises(SystemExit):
+        parse("--fault", "die-mid-stream", "--fault-after-tokens", "-1")
