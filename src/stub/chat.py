@@ -78,7 +78,7 @@ def handle(stub: StubState, proto: HttpProtocol, body: bytes, keep: bool) -> asy
         return None
     if stub.faults is not None:  # the only cost of fault injection without --fault
         fault = stub.faults.draw()
-        if fault is not None:
+        if fault is not None and not _spared(stub, req, answer, fault):
             return _fault(stub, proto, req, answer, keep, fault)
     if (
         stub.immediate
@@ -220,6 +220,11 @@ def _later(
             stub.release(proto)
 
     return asyncio.get_running_loop().create_task(run())
+
+
+def _spared(stub: StubState, req: ChatRequest, answer: Answer, fault: str) -> bool:
+    """A stream that dies after N tokens and has no more than N to send ends before it dies."""
+    return fault == DIE_MID_STREAM and bool(req.stream) and answer.completion_tokens <= stub.config.fault_after_tokens
 
 
 def _fault(

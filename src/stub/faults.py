@@ -18,7 +18,8 @@ Each kind imitates a way a vLLM server (or the network in front of it) fails:
 - ``die-mid-stream``: a replica killed while generating (SIGKILL, a lost node). A stream sends
   its head and its first ``--fault-after-tokens`` N token chunks (default 4; reasoning tokens
   count, paced by ``--chunk-delay``), then the connection is reset: no finish chunk, no
-  ``[DONE]``, no end of the chunked body. Non-stream: a reset before any answer. The only kind
+  ``[DONE]``, no end of the chunked body; a stream with no more than N tokens to send ends
+  before the replica dies (whole). Non-stream: a reset before any answer. The only kind
   that also strikes text completions (``/v1/completions``), as a stream resumed on another
   replica may meet it again.
 

@@ -111,7 +111,8 @@ def handle(stub: StubState, proto: HttpProtocol, path: bytes, body: bytes, keep:
             stub.release(proto)
 
     async def play() -> None:
-        if fault is not None and reply.wire is not None:
+        if fault is not None and reply.wire is not None and (
+                not reply.stream or len(reply.wire.steps) > config.fault_after_tokens):  # else: ends before it dies
             await _die(stub, proto, reply, reply.wire, keep)
             return
         if config.hold:

@@ -22,7 +22,7 @@ _OPTIONAL = ("suffix", "max_tokens", "temperature", "top_p", "top_k", "best_of",
 
 def encode_completion(request: CompletionRequest, token_ids: bool = False) -> bytes:
     """The upstream body; `token_ids` asks vLLM for the prompt's and the answer's token ids
-    (`return_token_ids`, for a resume)."""
+    (`return_token_ids`, for a resume), as a stream (only a stream carries them)."""
     prompt = request.prompt
     body: dict[str, Any] = {"model": request.model, "prompt": prompt[0] if len(prompt) == 1 else prompt}
     for name in _OPTIONAL:
@@ -37,7 +37,7 @@ def encode_completion(request: CompletionRequest, token_ids: bool = False) -> by
         body["echo"] = True
     for name, value in request.sampling.fields():
         body[name] = value
-    if request.stream:
+    if request.stream or token_ids:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     if request.cache_salt is not None:
