@@ -4,11 +4,14 @@ For an upstream with `[endpoints]` and `resume = "tokens"` (docs/resume.md): a r
 be resumed (`domain.resume.not_resumable`) is sent asking for token ids, which fill its
 `TokenTrail`. When its stream breaks in a way another replica can mend (`trail.broken`), the
 error chunk is held back, the lease moves to another replica with room (`SlotLease.move`: one
-step in the ledger, memory or Redis, the cap never exceeded; tried again for up to `wait`
-seconds while none has room), and the rest of the answer is asked of it as a continuation
-(`UpstreamClient.open_continuation`): the client sees one unbroken stream. At most
-`max_resumes` times per request; then, or when the request cannot be resumed, or when the
-resume itself fails, the held-back error chunk ends the stream as it would have without resumes.
+step in the ledger, memory or Redis, the cap never exceeded), and the rest of the answer is
+asked of it as a continuation (`UpstreamClient.open_continuation`): the client sees one
+unbroken stream. Where no other replica has room, the lease stays and the continuation is asked
+of the replica that broke: it answers if only the connection broke, and if it is gone the call
+fails at once and the resume looks for room again, for up to `wait` seconds (streams broken on
+every replica at once must not wait for each other's slots). At most `max_resumes` times per
+request; then, or when the request cannot be resumed, the error ends the stream as it would
+have without resumes; a resume that finds no replica in time ends it with the last error.
 
 Every break of a stream of such an upstream counts in `gateway_stream_resumes_total{upstream,
 outcome}` (`domain.resume.OUTCOMES`); the request record gets `resumed` (continuations opened)
@@ -20,6 +23,7 @@ the caller's `finally`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 
@@ -30,6 +34,7 @@ from domain.errors import GatewayError
 from domain.reasoning import has_budget
 from domain.records import RequestRecord
 from domain.resume import FAILED, NOT_RESUMABLE, RESUMED, TokenTrail, not_resumable
+from domain.upstream_failures import safe_to_retry
 from ports.admission import SlotLease
 
 ResumeListener = Callable[[str, str], None]
@@ -38,8 +43,8 @@ Opener = Callable[..., AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]]
 Continuation = Callable[[str | None], Opener]
 """Given the replica that broke, the opener of the continuation (`replica=` is the care's)."""
 
-MOVE_WAIT = 10.0  # seconds a resume waits for a replica with room before it gives up
-_MOVE_POLL = 0.1
+MOVE_WAIT = 10.0  # seconds a resume keeps looking for a replica that takes its continuation
+_RETRY_PAUSE = 0.25  # between two tries
 
 
 class Resumes:
@@ -76,19 +81,22 @@ class Resumes:
         while the first stream opens are raised; once the client has its answer's head, a
         failure is a `StreamError` chunk."""
         first = True
+        loop = asyncio.get_running_loop()
+        until: float | None = None  # while a continuation is being opened: when to give up
         while True:
-            held: ChunkBatch | None = None  # the broken batch's error chunk, while a resume is tried
+            held = False  # the batch that broke, its error chunk held back
             try:
                 async with care.open(upstream, lease, record, opener) as batches:
                     if first:
                         if opened is not None:
                             await opened()
                     else:
+                        until = None
                         self._count(upstream, RESUMED)
                     async for batch in batches:
                         if batch and _broken(batch, trail):
                             if self._may_resume(upstream, trail):
-                                held = batch[-1:]
+                                held = True
                                 if len(batch) > 1:
                                     yield batch[:-1]
                                 break
@@ -97,42 +105,36 @@ class Resumes:
             except GatewayError as error:
                 if first:
                     raise
+                if until is not None and safe_to_retry(error.failure) and loop.time() < until:
+                    await asyncio.sleep(_RETRY_PAUSE)  # no replica took it yet: look for room again
+                    await _place(lease)
+                    continue
                 self._count(upstream, FAILED)
                 yield [_error_chunk(error)]
                 return
-            if held is None:
+            if not held:
                 return
             assert trail is not None
             broken_at = lease.replica
-            target = await self._move(lease)
-            if target is None:
-                self._count(upstream, FAILED)
-                yield held
-                return
+            await _place(lease)
             trail.restart()
             if record is not None:
                 record.resumed += 1
                 record.resumed_tokens += len(trail.continuation_prompt())
-            first = False
+            first, until = False, loop.time() + self._wait
             opener = continuation(broken_at)
 
     def _may_resume(self, upstream: str, trail: TokenTrail | None) -> bool:
         return (trail is not None and trail.broken is not None and trail.resumable_now()
                 and trail.resumes < self._limits.get(upstream, 0))  # fmt: skip
 
-    async def _move(self, lease: SlotLease) -> str | None:
-        """Move the lease to another replica with room, waiting up to `wait` seconds for one;
-        None when there is none (or the shared ledger cannot be reached)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._wait
-        while True:
-            try:
-                target = await lease.move()
-            except GatewayError:
-                return None
-            if target is not None or loop.time() >= deadline:
-                return target
-            await asyncio.sleep(_MOVE_POLL)
+
+async def _place(lease: SlotLease) -> None:
+    """Move the lease to another replica with room; where none has (or the shared ledger cannot be
+    reached), it stays: the continuation is asked of the replica that broke, which answers if
+    only the connection broke and refuses at once if it is gone."""
+    with contextlib.suppress(GatewayError):
+        await lease.move()
 
 
 def _broken(batch: ChunkBatch, trail: TokenTrail | None) -> bool:

@@ -120,11 +120,13 @@ def handle(stub: StubState, proto: HttpProtocol, path: bytes, body: bytes, keep:
         if not paced:
             proto.finish(b"".join(data), keep)
             return
-        for piece in data[:-1]:
+        for piece in data[:-2]:
             proto.write(piece)
             await asyncio.sleep(config.chunk_delay)
             await proto.drain()
-        proto.finish(data[-1], keep)
+        # [DONE] and the body's end go together, as a chat stream's last step does: a client
+        # done at [DONE] never finds the request still in flight here.
+        proto.finish(data[-2] + data[-1], keep)
 
     return asyncio.get_running_loop().create_task(later())
 

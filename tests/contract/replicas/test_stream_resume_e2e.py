@@ -11,6 +11,7 @@ answer an unbroken replica gives, with one terminal event and whole usage; the a
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -30,6 +31,7 @@ PROMPT = "please answer at length"  # 4 prompt tokens for the stub (one per word
 MESSAGES = [{"role": "user", "content": PROMPT}]
 # Sent again: the prompt and the 5 tokens of the first break, then the prompt and 10.
 RESENT = (4 + 5) + (4 + 10)
+SEEN: set[str] = set()  # the access-log lines already read (requests run one at a time here)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,16 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
 
 
 def last_entry(gw: Proc) -> dict[str, Any]:
-    return access_log(gw)[-1]
+    """The access-log line of the request just answered: written once its response has ended,
+    which the client may see first."""
+    deadline = time.monotonic() + 5
+    while True:
+        entries = access_log(gw)
+        if entries and entries[-1]["request_id"] not in SEEN:
+            SEEN.add(entries[-1]["request_id"])
+            return entries[-1]
+        assert time.monotonic() < deadline, "no new access-log line"
+        time.sleep(0.01)
 
 
 def assert_resumed_twice(gw: Proc) -> None:
@@ -153,3 +164,37 @@ def test_a_request_that_cannot_be_resumed_ends_with_its_error_and_every_break_is
     assert counts["not_resumable"] >= 1 and counts["resumed"] >= 2 and counts["failed"] == 0
     held = [value for name, _, value in page if name == "gateway_endpoint_in_flight"]
     assert held and not any(held)  # every slot came back
+
+
+@pytest.fixture(scope="module")
+def thinking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """Replicas that think first ("Let me think about this.", 5 tokens, then the end of thinking)
+    and answer 4 words, each stream dying after 4 tokens: the first break is inside the thinking,
+    the second right after its end."""
+    procs = Processes(tmp_path_factory.mktemp("resume-thinking"))
+    try:
+        dying = ("--tokens", "4", "--reasoning", "--fault", "die-mid-stream", "--fault-after-tokens", "4")
+        stubs = procs.together([partial(procs.stub, *dying), partial(procs.stub, *dying)])
+        yield procs.gateway(health_toml([s.url for s in stubs], load_metrics=False))
+    finally:
+        procs.stop_all()
+
+
+def test_a_break_inside_the_thinking_continues_the_thinking(thinking: Proc) -> None:
+    events = sse_events(thinking, "/v1/chat/completions", {"model": "reasoning", "messages": MESSAGES, "stream": True})
+    chunks = [json.loads(d) for _, d in events if d != "[DONE]"]
+    assert not any("error" in c for c in chunks), chunks
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("reasoning") or d.get("reasoning_content") or "" for d in deltas) == "Let me think about this."
+    assert "".join(d.get("content") or "" for d in deltas) == "alpha bravo charlie delta"
+    assert last_entry(thinking)["resumed"] == 2
+
+
+def test_a_plain_answer_keeps_its_thinking_apart(thinking: Proc) -> None:
+    client = openai.OpenAI(base_url=thinking.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    answer = client.chat.completions.create(model="reasoning", messages=MESSAGES)  # type: ignore[arg-type]
+    message = answer.choices[0].message
+    assert message.content == "alpha bravo charlie delta"
+    assert (getattr(message, "reasoning", None) or getattr(message, "reasoning_content", None)) == \
+        "Let me think about this."
+    assert last_entry(thinking)["resumed"] == 2

@@ -33,9 +33,11 @@ from domain.canonical import (
     UsageReport,
 )
 from domain.completions import CompletionRequest
+from domain.errors import UpstreamUnavailable
 from domain.records import RequestRecord
 from domain.resume import TokenTrail
 from domain.routing import ModelRouter
+from domain.upstream_failures import FailureKind
 
 A, B = "http://10.0.0.1:8080", "http://10.0.0.2:8080"
 WORDS = ["alpha", " bravo", " charlie", " delta", " echo", " foxtrot"]
@@ -47,8 +49,9 @@ class Replicas:
     """The answer is WORDS, token i has id 100 + i. `dies`: replica -> tokens it sends before its
     connection breaks (each time it is called)."""
 
-    def __init__(self, dies: dict[str, int] | None = None, slow: float = 0.0) -> None:
+    def __init__(self, dies: dict[str, int] | None = None, slow: float = 0.0, gone: set[str] | None = None) -> None:
         self.dies = dies or {}
+        self.gone = gone or set()  # replicas that refuse every connection after their first stream
         self.calls: list[tuple[str, str | None, list[int]]] = []  # (kind, replica, prompt sent)
         self.slow = slow
 
@@ -90,6 +93,8 @@ class Replicas:
                                 resumed_from: str | None = None) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
         prompt = trail.continuation_prompt()
         self.calls.append(("continuation", replica, prompt))
+        if replica in self.gone:
+            raise UpstreamUnavailable("unreachable", failure=FailureKind.CONNECT)
         start = len(prompt) - len(PROMPT)
         yield self._words(start, replica, trail)
 
@@ -177,15 +182,46 @@ async def test_a_continuation_that_breaks_too_resumes_again_until_max_resumes() 
     assert rec.resumed == 2
 
 
-async def test_without_another_replica_with_room_the_break_ends_the_stream_as_before() -> None:
-    client = Replicas(dies={B: 2})
-    service, gate, outcomes = setup(client, per_replica=1, wait=0.2)
+async def test_without_another_replica_with_room_the_replica_that_broke_is_asked_to_go_on() -> None:
+    client = Replicas(dies={B: 3})  # the connection breaks, the replica lives
+    service, gate, outcomes = setup(client, per_replica=1)
     blocker = await gate.enter("up")  # A's one slot is taken: the request goes to B, which breaks
     assert not blocker.queued and blocker.replica == A  # type: ignore[union-attr]
     events = await events_of(service)
+    assert text_of(events) == "".join(WORDS) and not broke(events)
+    assert [c[1] for c in client.calls] == [B, B]
+    assert outcomes == [("up", "resumed")]
+    await blocker.release()  # type: ignore[union-attr]
+    assert gate.snapshot("up").in_use == 0
+
+
+async def test_a_gone_replica_with_no_room_elsewhere_is_given_up_after_the_wait() -> None:
+    client = Replicas(dies={B: 2}, gone={B})
+    service, gate, outcomes = setup(client, per_replica=1, wait=0.6)
+    blocker = await gate.enter("up")
+    events = await events_of(service)
     assert text_of(events) == "".join(WORDS[:2]) and broke(events)
+    assert 2 <= sum(c[0] == "continuation" for c in client.calls) <= 4  # tried again, for the wait only
     assert outcomes == [("up", "failed")]
     await blocker.release()  # type: ignore[union-attr]
+    assert gate.snapshot("up").in_use == 0
+
+
+async def test_a_gone_replica_is_left_for_one_that_frees_a_slot_meanwhile() -> None:
+    client = Replicas(dies={B: 2}, gone={B})
+    service, gate, outcomes = setup(client, per_replica=1, wait=5)
+    blocker = await gate.enter("up")
+
+    async def free_a_soon() -> None:
+        await asyncio.sleep(0.4)
+        await blocker.release()  # type: ignore[union-attr]
+
+    freeing = asyncio.create_task(free_a_soon())
+    events = await events_of(service)
+    await freeing
+    assert text_of(events) == "".join(WORDS) and not broke(events)
+    assert client.calls[-1][:2] == ("continuation", A)
+    assert outcomes == [("up", "resumed")]
     assert gate.snapshot("up").in_use == 0
 
 
