@@ -25,7 +25,7 @@ from domain.completions import Completion, CompletionRequest, EmbeddingRequest, 
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
 from domain.records import RequestRecord
-from domain.resume import TokenTrail
+from domain.resume import TokenTrail, remaining_tokens
 from domain.routing import ModelRouter
 from domain.sequences import sequences
 from ports.admission import AdmissionGate
@@ -134,8 +134,10 @@ class CompletionService:
 def _continuation(client: CompletionClient, request: CompletionRequest, trail: TokenTrail | None) -> Continuation:
     """The opener of a continuation of `request`'s answer, given the replica that broke."""
 
-    def continuation(broken_at: str | None) -> Opener:
+    def continuation(broken_at: str | None) -> Opener | None:
         assert trail is not None
+        if remaining_tokens(request, trail) <= 0:
+            return None
         return functools.partial(client.open_continuation, request, trail, resumed_from=broken_at)
 
     return continuation

@@ -28,7 +28,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from contextlib import AbstractAsyncContextManager
 
 from application.replica_care import ReplicaCare
-from domain.canonical import ChatRequest, ChunkBatch, StreamChunk, StreamError
+from domain.canonical import ChatRequest, ChunkBatch, Finish, StreamChunk, StreamError, Usage, UsageReport
 from domain.completions import CompletionRequest
 from domain.errors import GatewayError
 from domain.reasoning import has_budget
@@ -40,8 +40,9 @@ from ports.admission import SlotLease
 ResumeListener = Callable[[str, str], None]
 """Told (upstream, outcome) on each break of a stream of an upstream that resumes."""
 Opener = Callable[..., AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]]
-Continuation = Callable[[str | None], Opener]
-"""Given the replica that broke, the opener of the continuation (`replica=` is the care's)."""
+Continuation = Callable[[str | None], Opener | None]
+"""Given the replica that broke, the opener of the continuation (`replica=` is the care's); None
+when nothing is left to generate (`domain.resume.remaining_tokens`)."""
 
 MOVE_WAIT = 10.0  # seconds a resume keeps looking for a replica that takes its continuation
 _RETRY_PAUSE = 0.25  # between two tries
@@ -118,11 +119,15 @@ class Resumes:
             broken_at = lease.replica
             await _place(lease)
             trail.restart()
+            following = continuation(broken_at)
+            if following is None:  # it broke after its last token: only the finish was lost
+                self._count(upstream, RESUMED)
+                yield [_finished(trail)]
+                return
             if record is not None:
                 record.resumed += 1
                 record.resumed_tokens += len(trail.continuation_prompt())
-            first, until = False, loop.time() + self._wait
-            opener = continuation(broken_at)
+            first, until, opener = False, loop.time() + self._wait, following
 
     def _may_resume(self, upstream: str, trail: TokenTrail | None) -> bool:
         return (trail is not None and trail.broken is not None and trail.resumable_now()
@@ -144,6 +149,12 @@ def _broken(batch: ChunkBatch, trail: TokenTrail | None) -> bool:
         return trail.broken is not None
     events = batch[-1].events
     return bool(events) and isinstance(events[-1], StreamError) and events[-1].status >= 500
+
+
+def _finished(trail: TokenTrail) -> StreamChunk:
+    """The end of an answer that broke after its last token: cut at its limit, usage whole."""
+    usage = Usage(input_tokens=len(trail.prompt or ()), output_tokens=trail.vouched)
+    return StreamChunk(events=[Finish(reason="max_tokens"), UsageReport(usage=usage)])
 
 
 def _error_chunk(error: GatewayError) -> StreamChunk:

@@ -89,9 +89,21 @@ class TokenTrail:
         self.resumes += 1
 
 
-def remaining_tokens(max_tokens: int | None, trail: TokenTrail) -> int | None:
-    """A continuation's `max_tokens`: what the client allowed, less what it has already got."""
-    return None if max_tokens is None else max_tokens - trail.vouched
+COMPLETION_MAX_TOKENS: Final = 16
+"""A text completion's `max_tokens` when the client sets none: OpenAI's and vLLM's default."""
+UNBOUNDED: Final = 2**31 - 1
+"""A chat answer's when the client sets none: the model's room, which vLLM cuts any limit to."""
+
+
+def remaining_tokens(request: ChatRequest | CompletionRequest, trail: TokenTrail) -> int:
+    """A continuation's `max_tokens` (it is a text completion, whose default is 16): what the
+    client allowed, less what it has already got; a chat answer without a limit stays without."""
+    limit = request.max_tokens
+    if limit is None:
+        if isinstance(request, ChatRequest):
+            return UNBOUNDED
+        limit = COMPLETION_MAX_TOKENS
+    return limit - trail.vouched
 
 
 def not_resumable(request: ChatRequest | CompletionRequest) -> str | None:

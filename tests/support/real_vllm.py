@@ -194,8 +194,20 @@ class Fleet:
                 "reasoning": start(model, self.workdir / "vllm-reasoning.log", *REASONING_FLAGS, name=REASONING_MODEL),
             }
         server = self.servers[name]
+        if server.popen.poll() is not None:  # killed by a test: started again, as it was
+            model = self.workdir / "model"
+            extra = server.flags[len(PRODUCTION_FLAGS):]
+            served = REASONING_MODEL if name == "reasoning" else MODEL
+            server = self.servers[name] = start(model, server.log.with_suffix(".again.log"), *extra, name=served)
         server.wait_ready()
         return server
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a server and its engine processes at once, as a node that dies (the next use
+        of `name` starts it again)."""
+        server = self.servers[name]
+        os.killpg(server.popen.pid, signal.SIGKILL)
+        server.popen.wait(timeout=30)
 
     def stop(self) -> None:
         for server in self.servers.values():

@@ -10,16 +10,20 @@ answer an unbroken replica gives, with one terminal event and whole usage; the a
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import time
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
+import aiohttp
 import anthropic
 import httpx
 import openai
 import pytest
+from tests.contract.admission.e2e_support import until
 from tests.contract.replicas.test_replica_health_e2e import access_log, health_toml
 from tests.support.metrics import samples
 from tests.support.processes import Proc, Processes
@@ -198,3 +202,68 @@ def test_a_plain_answer_keeps_its_thinking_apart(thinking: Proc) -> None:
     assert (getattr(message, "reasoning", None) or getattr(message, "reasoning_content", None)) == \
         "Let me think about this."
     assert last_entry(thinking)["resumed"] == 2
+
+
+SLOW = ("--tokens", "40", "--chunk-delay", "0.05", "--max-num-seqs", "4", "--fault", "die-mid-stream",
+        "--fault-after-tokens", "5")  # fmt: skip
+NATO = [*WORDS, "mike", "november", "oscar", "papa"]
+LONG_ANSWER = " ".join(NATO[i % 16] for i in range(40))  # the stub's 40-token answer
+
+
+def slow_pair(procs: Processes, *more: str) -> tuple[Proc, list[Proc]]:
+    stubs = procs.together([partial(procs.stub, *SLOW, *more), partial(procs.stub, *SLOW, *more)])
+    return procs.gateway("drain_grace_seconds = 20\n" + health_toml([s.url for s in stubs], load_metrics=False)), stubs
+
+
+async def read_deltas(response: aiohttp.ClientResponse, until: int | None = None) -> tuple[list[str], bool]:
+    """The content deltas of a raw /v1 stream (up to `until` of them), and whether an error came."""
+    texts: list[str] = []
+    error = False
+    async for line in response.content:
+        if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+            continue
+        data = json.loads(line[6:])
+        error = error or "error" in data
+        if data.get("choices") and data["choices"][0]["delta"].get("content"):
+            texts.append(data["choices"][0]["delta"]["content"])
+            if until is not None and len(texts) >= until:
+                break
+    return texts, error
+
+
+def held(gw: Proc) -> list[float]:
+    """What the gateway holds now: per replica, and of the upstream's cap."""
+    page = samples(httpx.get(gw.ops_url + "/metrics", timeout=5).text)
+    return [value for name, _, value in page if name in ("gateway_endpoint_in_flight", "gateway_upstream_slots_in_use")]
+
+
+def running(stub: Proc) -> float:
+    page = samples(httpx.get(stub.url + "/metrics", timeout=5).text)
+    return sum(value for name, _, value in page if name == "vllm:num_requests_running")
+
+
+async def test_a_client_that_hangs_up_during_a_resume_aborts_it_and_frees_its_slot(procs: Processes) -> None:
+    gw, stubs = slow_pair(procs)
+    body = {"model": "reasoning", "messages": MESSAGES, "stream": True}
+    async with aiohttp.ClientSession() as http:
+        response = await http.post(gw.url + "/v1/chat/completions", json=body)
+        texts, error = await read_deltas(response, until=8)  # 5 from the first replica, 3 from its continuation
+        assert not error and "".join(texts) == LONG_ANSWER[: len("".join(texts))]
+        response.close()  # the client goes away mid-continuation
+    entry = last_entry(gw)
+    assert entry["client_gone"] and entry["resumed"] == 1, entry
+    await until(lambda: not any(running(stub) for stub in stubs), "the continuation aborted upstream")
+    assert not any(held(gw)), "every slot came back"
+
+
+async def test_a_drain_lets_a_stream_resume_and_finish(procs: Processes) -> None:
+    gw, _ = slow_pair(procs, "--fault-limit", "1")  # each replica breaks one stream: two resumes
+    body = {"model": "reasoning", "messages": MESSAGES, "stream": True}
+    async with aiohttp.ClientSession() as http:
+        response = await http.post(gw.url + "/v1/chat/completions", json=body)
+        first, _ = await read_deltas(response, until=2)
+        gw.signal(signal.SIGTERM)  # the break (after 5 tokens) comes during the drain
+        rest, error = await read_deltas(response)
+    assert not error and "".join(first + rest) == LONG_ANSWER
+    assert last_entry(gw)["resumed"] == 2
+    assert await asyncio.to_thread(gw.popen.wait, 15) == 0, gw.text()

@@ -259,3 +259,16 @@ async def test_an_upstream_without_resume_is_not_watched(stream: bool) -> None:
         with pytest.raises(AssertionError):
             await service.complete(REQUEST)
     assert outcomes == []
+
+
+async def test_a_break_after_the_last_token_only_needs_the_finish() -> None:
+    client = Replicas(dies={A: 3})
+    service, gate, outcomes = setup(client)
+    request = ChatRequest(model="m", messages=REQUEST.messages, max_tokens=3)
+    events = await events_of(service, request)
+    assert text_of(events) == "".join(WORDS[:3]) and not broke(events)
+    assert [e.reason for e in events if isinstance(e, Finish)] == ["max_tokens"]
+    assert [(e.usage.input_tokens, e.usage.output_tokens) for e in events if isinstance(e, UsageReport)] == [(2, 3)]
+    assert [c[0] for c in client.calls] == ["chat"]  # nothing left to ask another replica
+    assert outcomes == [("up", "resumed")]
+    assert gate.snapshot("up").in_use == 0

@@ -25,7 +25,7 @@ from domain.canonical import (
 )
 from domain.completions import CompletionRequest
 from domain.errors import UpstreamError
-from domain.resume import TokenTrail, not_resumable
+from domain.resume import UNBOUNDED, TokenTrail, not_resumable, remaining_tokens
 from domain.sampling import Sampling
 from domain.upstream_failures import FailureKind
 
@@ -198,3 +198,13 @@ def test_a_budgeted_thinking_is_resumed_only_once_it_is_over() -> None:
     trail.note([299], False)
     trail.note([100], True)
     assert trail.resumable_now()
+
+
+def test_a_continuation_asks_for_what_is_left() -> None:
+    trail = TokenTrail()
+    trail.prompt = [1]
+    trail.note([100, 101], True)
+    chat = ChatRequest(model="m", messages=[])
+    assert remaining_tokens(msgspec.structs.replace(chat, max_tokens=10), trail) == 8
+    assert remaining_tokens(chat, trail) == UNBOUNDED  # vLLM cuts it to the model's room
+    assert remaining_tokens(CompletionRequest(model="m", prompt=["a"]), trail) == 14  # 16, the default

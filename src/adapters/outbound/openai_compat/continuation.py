@@ -45,9 +45,7 @@ _SAMPLING = ("temperature", "top_p", "top_k")
 def encode_continuation(request: ChatRequest | CompletionRequest, trail: TokenTrail) -> bytes:
     """The body of the continuation of `request`'s answer (see the module doc)."""
     body: dict[str, Any] = {"model": request.model, "prompt": trail.continuation_prompt()}
-    limit = remaining_tokens(request.max_tokens, trail)
-    if limit is not None:
-        body["max_tokens"] = limit
+    body["max_tokens"] = remaining_tokens(request, trail)
     for name in _SAMPLING:
         value = getattr(request, name)
         if value is not None:
