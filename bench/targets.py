@@ -259,6 +259,16 @@ def start_gateway(procs: Procs, cpus: set[int] | None, stub_url: str, name: str 
             "[upstreams.stub.admission]\nsequence_slots = 1025\nmax_in_flight = 1024\n"
             "queue_depth = 1024\nqueue_timeout_seconds = 30\n"
         )
+    # BENCH_GATEWAY_RESUME=tokens|off: the stub is the one replica of an `[endpoints]` table, with
+    # stream resume on (token ids asked for, every chunk decoded) or off: what resume costs.
+    resume = os.environ.get("BENCH_GATEWAY_RESUME")
+    if resume:
+        admission = (
+            "[upstreams.stub.admission]\nsequence_slots = 1025\nmax_in_flight = 1024\n"
+            "queue_depth = 1024\nqueue_timeout_seconds = 30\n"
+            f'[upstreams.stub.endpoints]\nurls = ["{stub_url}"]\nsequence_slots = 1024\nmax_in_flight = 1024\n'
+            f'load_metrics = false\naffinity = "off"\nresume = "{resume}"\n'
+        )
     config.write_text(
         f'[server]\nlisten = "127.0.0.1:{port}"\naccess_log = false\n{server_extra()}{shared}\n'
         '[ops]\nlisten = "127.0.0.1:0"\n\n'  # several gateways at once: each its own ops port

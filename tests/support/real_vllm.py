@@ -202,6 +202,9 @@ class Fleet:
         server.wait_ready()
         return server
 
+    def name_of(self, server: VllmServer) -> str:
+        return next(name for name, known in self.servers.items() if known is server)
+
     def kill(self, name: str) -> None:
         """SIGKILL a server and its engine processes at once, as a node that dies (the next use
         of `name` starts it again)."""
