@@ -3,8 +3,7 @@
 The gateway asks vLLM for token ids (`return_token_ids`) only for a request it could resume;
 the ids are its own business, so no chunk of such a stream carries its payload on to the client
 (`native` is dropped and the dialect encodes the canonical events; the learnt-shape shortcuts of
-`StreamMapper` are off, every payload is decoded). Each payload is read twice: once for the ids
-and what produced text (`IDS_DECODER`), once by the mapper it extends.
+`StreamMapper` are off, every payload is decoded, once, with its ids).
 
 A break another replica can mend sets `trail.broken`: the connection failed or timed out
 (`fail`), the body ended without a finish (`close`), or the server wrote a 5xx error mid-stream.
@@ -15,13 +14,22 @@ from __future__ import annotations
 
 import msgspec
 
-from domain.canonical import StreamChunk, StreamError
+from domain.canonical import (
+    MessageStart,
+    StreamChunk,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+)
 from domain.errors import GatewayError
 from domain.resume import TokenTrail
 
 from .completion_mapping import TextStreamMapper
-from .stream_mapping import StreamMapper
-from .wire import View
+from .stream_mapping import Phase, StreamMapper
+from .wire import ChunkChoice, ChunkView, View
 
 _DONE = b"[DONE]"
 
@@ -88,8 +96,23 @@ def mark_break(trail: TokenTrail, chunk: StreamChunk | None, from_upstream: bool
         trail.broken = last.message
 
 
+class TrailChoice(ChunkChoice):
+    token_ids: list[int] | None = None
+
+
+class TrailChunkView(ChunkView):
+    """A chat stream's payload with vLLM's token ids: one decode gives the mapper all it needs."""
+
+    prompt_token_ids: list[int] | None = None
+    choices: list[TrailChoice] = []  # type: ignore[assignment]
+
+
+TRAIL_CHUNK_DECODER = msgspec.json.Decoder(TrailChunkView)
+
+
 class TrailStreamMapper(StreamMapper):
-    """`StreamMapper` for a chat stream with token ids (see the module doc)."""
+    """`StreamMapper` for a chat stream with token ids (see the module doc): every payload is
+    decoded once, with its ids; errors, `[DONE]` and what does not decode take the base path."""
 
     __slots__ = ("trail",)
 
@@ -99,12 +122,41 @@ class TrailStreamMapper(StreamMapper):
         self.trail = trail
 
     def feed(self, payload: bytes) -> StreamChunk | None:
-        if payload and payload != _DONE and not self.ended:
-            note_payload(self.trail, payload)
-        chunk = super().feed(payload)
-        if chunk is not None:
-            mark_break(self.trail, chunk, chunk.native is not None)
-            chunk.native = None
+        if not payload or payload == _DONE or self.ended:
+            return super().feed(payload)
+        try:
+            view = TRAIL_CHUNK_DECODER.decode(payload)
+        except msgspec.DecodeError:
+            view = None
+        if view is None or view.is_error:  # the base words it (a 5xx is a break)
+            chunk = super().feed(payload)
+            if chunk is not None:
+                mark_break(self.trail, chunk, chunk.native is not None)
+                chunk.native = None
+            return chunk
+        trail = self.trail
+        if view.prompt_token_ids is not None and trail.prompt is None:
+            trail.prompt = view.prompt_token_ids
+        events: list[StreamEvent] = []
+        if self.phase is Phase.IDLE:
+            self.phase = Phase.OPEN
+            self._message_id = view.id
+            events.append(MessageStart(id=view.id, model=view.model, created=view.created))
+        for choice in view.choices:
+            if choice.index == 0:
+                before = len(events)
+                self._choice(choice, events)
+                delta = choice.delta
+                if delta is not None and delta.tool_calls:
+                    trail.tool_open = choice.finish_reason is None
+                texts = events[before:]
+                shown = any(isinstance(e, TextDelta | ThinkingDelta | ToolCallStart | ToolArgsDelta) for e in texts)
+                trail.note(choice.token_ids, shown, shown and not any(isinstance(e, TextDelta) for e in texts))
+                break
+        if view.usage is not None:
+            self._usage(view.usage.usage(), events)
+        chunk = StreamChunk(events=events)
+        mark_break(trail, chunk, True)  # `finish_reason: "abort"` is a StreamError
         return chunk
 
     def close(self) -> StreamChunk | None:
