@@ -90,8 +90,8 @@ class ChatService:
         async with self._consumers.turn(consumer, request, record) as turn:
             # Not awaited at all for an upstream without affinity (no [endpoints], or affinity off).
             wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
-            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
-                                                    wish.max_extra)
+            lease, since = await self._slots.admit_quietly(upstream, record, consumer, sequences(request),
+                                                           wish.prefer, wish.max_extra)
             turn.reached_upstream = True
             try:
                 client = self._upstreams[upstream]
@@ -113,7 +113,7 @@ class ChatService:
                     if wish.chain:  # where it was served (after a retry, too)
                         await affinity.granted(upstream, wish, lease)
             finally:
-                await lease.release()
+                await self._slots.release(lease, record, since)
             usage = response.usage
             if usage.input_tokens or usage.output_tokens:
                 turn.meter.reported = usage
@@ -167,10 +167,10 @@ class ChatService:
                     lease = granted
                 else:
                     lease = await slots.wait(ticket, span, started, record)
-                slots.admitted(span, started, record, None, "queued")
+                since = slots.admitted(span, started, record, None, "queued")
             else:
                 lease = entry  # type: ignore[assignment]
-                slots.admitted(span, started, record, None, "admitted")
+                since = slots.admitted(span, started, record, None, "admitted")
             # Only a shared ledger can lose a lease (fencing); no look per read at one that cannot.
             lost = lease.lost if lease.losable else None
             meter = turn.meter
@@ -205,7 +205,7 @@ class ChatService:
                             meter.feed_batch(batch)
                             yield batch
             finally:
-                await lease.release()
+                await slots.release(lease, record, since)
             if meter.reported is None:
                 yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
 

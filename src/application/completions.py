@@ -58,8 +58,8 @@ class CompletionService:
         async with self._consumers.turn(consumer, request, record) as turn:
             # Not awaited at all for an upstream without affinity (no [endpoints], or affinity off).
             wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
-            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
-                                                    wish.max_extra)
+            lease, since = await self._slots.admit_quietly(upstream, record, consumer, sequences(request),
+                                                           wish.prefer, wish.max_extra)
             turn.reached_upstream = True
             try:
                 client = self._upstreams[upstream]
@@ -78,7 +78,7 @@ class CompletionService:
                     if wish.chain:  # where it was served (after a retry, too)
                         await affinity.granted(upstream, wish, lease)
             finally:
-                await lease.release()
+                await self._slots.release(lease, record, since)
             if answer.usage.input_tokens or answer.usage.output_tokens:
                 turn.meter.reported = answer.usage
             else:  # an upstream that reports no usage: charged (and reported) by estimate, never 0
@@ -95,8 +95,8 @@ class CompletionService:
         async with self._consumers.turn(consumer, request, record) as turn:
             # Not awaited at all for an upstream without affinity (no [endpoints], or affinity off).
             wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
-            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request), wish.prefer,
-                                                    wish.max_extra)
+            lease, since = await self._slots.admit_quietly(upstream, record, consumer, sequences(request),
+                                                           wish.prefer, wish.max_extra)
             lost, meter = lease.lost if lease.losable else None, turn.meter  # see ChatService.stream
             turn.reached_upstream = True
             try:
@@ -126,7 +126,7 @@ class CompletionService:
                             meter.feed_batch(batch)
                             yield batch
             finally:
-                await lease.release()
+                await self._slots.release(lease, record, since)
             if meter.reported is None:
                 yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
 
@@ -161,13 +161,13 @@ class EmbeddingService:
                     consumer: Consumer = ANONYMOUS) -> Embeddings:
         upstream, request = route(self._router, salted(request, consumer), record)
         async with self._consumers.turn(consumer, request, record) as turn:
-            lease = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
+            lease, since = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
             try:
                 call = functools.partial(self._upstreams[upstream].embed, request)
                 answer = await self._care.call(upstream, lease, record, call)
             finally:
-                await lease.release()
+                await self._slots.release(lease, record, since)
             if answer.usage.input_tokens:
                 turn.meter.reported = answer.usage
             else:

@@ -120,9 +120,11 @@ class Slots:
     def admitted(
         self, span: Span, started: float, record: RequestRecord | None,
         error: BaseException | None, outcome: str = "abandoned",
-    ) -> None:
-        """Close the admission span and note the queue wait, however admission ended."""
-        waited = self._clock.now() - started
+    ) -> float:
+        """Close the admission span and note the queue wait, however admission ended; the
+        instant it ended (for a granted lease: when its slot time starts, see `release`)."""
+        now = self._clock.now()
+        waited = now - started
         if record is not None:
             record.queue_wait_seconds = waited
         if isinstance(error, GatewayError):
@@ -130,20 +132,29 @@ class Slots:
         span.set("gateway.admission.outcome", outcome)
         span.set("gateway.queue.wait_seconds", waited)
         span.end(None if error is None or outcome == "abandoned" else outcome)
+        return now
+
+    async def release(self, lease: SlotLease, record: RequestRecord | None, since: float) -> None:
+        """Give the lease's slots back (idempotent, as `SlotLease.release`), noting on the record
+        how long they were held since `since` (the instant `admitted` returned), times how many:
+        the request's slot-seconds (`gateway_consumer_slot_seconds_total`), however it ended."""
+        if record is not None:
+            record.slot_seconds = (self._clock.now() - since) * lease.slots
+        await lease.release()
 
     async def admit_quietly(self, upstream: str, record: RequestRecord | None, consumer: Consumer,
-                            slots: int = 1, prefer: Sequence[str] = (), max_extra: int = 0) -> SlotLease:
-        """`slots` slots, waiting in the queue if need be (nothing is reported while waiting)."""
+                            slots: int = 1, prefer: Sequence[str] = (),
+                            max_extra: int = 0) -> tuple[SlotLease, float]:
+        """`slots` slots, waiting in the queue if need be (nothing is reported while waiting),
+        and the instant they were granted (for `release`)."""
         span, started = self.start()
         entry = await self.enter(upstream, span, consumer, slots, prefer, max_extra)
         if not entry.queued:
-            self.admitted(span, started, record, None, "admitted")
-            return entry  # type: ignore[return-value]
+            return entry, self.admitted(span, started, record, None, "admitted")  # type: ignore[return-value]
         ticket: QueueTicket = entry  # type: ignore[assignment]
         span.set("gateway.queue.position_on_arrival", ticket.position())
         lease = await self.wait(ticket, span, started, record)
-        self.admitted(span, started, record, None, "queued")
-        return lease
+        return lease, self.admitted(span, started, record, None, "queued")
 
     async def wait(self, ticket: QueueTicket, span: Span, started: float, record: RequestRecord | None) -> SlotLease:
         try:

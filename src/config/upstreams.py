@@ -13,6 +13,7 @@ from msgspec import UNSET, Meta, UnsetType
 from config.addresses import is_ip, nameserver
 from config.section import ConfigError, NonNegativeInt, Port, PositiveFloat, PositiveInt, Section
 from domain.ejection import EjectionPolicy
+from domain.fairness import DEFAULT_OUTPUT_TOKEN_WEIGHT
 from domain.reasoning import ReasoningMode
 from domain.routing import find_alias_clash
 from redaction import masked_url
@@ -32,6 +33,10 @@ class AdmissionTable(Section):
     # consumers, arrival order within one (docs/operations.md).
     fairness: Literal["fifo", "fair"] = "fifo"
     max_queued_per_consumer: PositiveInt | None = None  # one consumer's share of the queue
+    # What one output token counts for against one prompt token in a consumer's service (the
+    # status page's shares and fairness index; `domain.fairness`): decode is memory-bound, one
+    # token per step, prefill batched, so an output token costs the GPU about twice as much.
+    output_token_weight: PositiveFloat = DEFAULT_OUTPUT_TOKEN_WEIGHT
 
 
 class EndpointsTable(Section):

@@ -43,6 +43,12 @@ class RequestRecord(Struct, kw_only=True):
     first_token_seconds: float | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # Of `input_tokens`, those the upstream's prefix cache served (its usage's `cached_tokens`);
+    # None when it did not say.
+    cached_tokens: int | None = None
+    # How long the request held its upstream slots, from admission to release, times the slots
+    # it held (one per sequence): its share of the GPUs. None when it never held a slot.
+    slot_seconds: float | None = None
     finish_reason: str | None = None
     # The client's own session id (`X-Claude-Code-Session-Id`), to group an agent's requests.
     session_id: str | None = None

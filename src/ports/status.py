@@ -21,6 +21,20 @@ class ReplicaStatus(msgspec.Struct, kw_only=True):
     limit: int | None
 
 
+class ConsumerShareStatus(msgspec.Struct, kw_only=True):
+    """What one consumer used of one upstream in the window (`domain.fairness`), API keys on."""
+
+    name: str
+    input_tokens: int  # every prompt token, cached ones included
+    output_tokens: int
+    cached_tokens: int  # of input_tokens, those the prefix cache served
+    weighted_tokens: float  # input + output_token_weight x output
+    token_share: float  # of the upstream's weighted tokens in the window, 0..1
+    slot_seconds: float  # slots held x seconds
+    slot_share: float  # of the upstream's slot-seconds in the window, 0..1
+    service: float  # weighted_tokens / the consumer's weight: what the fairness index compares
+
+
 class UpstreamStatus(msgspec.Struct, kw_only=True):
     name: str
     capped: bool
@@ -34,6 +48,10 @@ class UpstreamStatus(msgspec.Struct, kw_only=True):
     unavailable_last_minute: int  # 503s (queue full, queue timeout, draining, Redis away) in the window
     unavailable_by_reason: dict[str, int]  # error kind -> count, in the window
     replicas: list[ReplicaStatus]  # empty until the upstream has [endpoints]
+    # Jain's index of the consumers' service in the window (1.0: fewer than 2, or keys off)
+    fairness_index: float = 1.0
+    # API keys on: each consumer served or waiting here in the window, by name
+    consumers: list[ConsumerShareStatus] = msgspec.field(default_factory=list)
 
 
 class ConsumerStatus(msgspec.Struct, kw_only=True):

@@ -56,7 +56,8 @@ def status_board(
     from adapters.outbound.status_board import StatusBoard
 
     timeouts = {name: u.admission.queue_timeout_seconds for name, u in config.upstreams.items() if u.admission}
+    output_weights = {name: u.admission.output_token_weight for name, u in config.upstreams.items() if u.admission}
     return StatusBoard(gate, metrics, clock, ready=lifecycle.ready, backend=config.admission.backend,
                        workers=config.server.workers, queue_timeouts=timeouts,
                        consumer=None if credentials is None else credentials.named,
-                       replica_upstreams=list(replica_limits(config)))
+                       replica_upstreams=list(replica_limits(config)), output_token_weights=output_weights)

@@ -76,3 +76,21 @@ class AllWorkers(Collector):
             yield family
         self._gates.open_leases = open_leases
         yield from self._gates.collect()
+
+
+class FairnessGauges(Collector):
+    """`gateway_upstream_fairness_index{upstream}`: Jain's index of the consumers' service on each
+    upstream over the last minute (`domain.fairness`), as the status board last computed it
+    (once a second); 1.0 until then, and with fewer than 2 consumers."""
+
+    def __init__(self, gate: AdmissionGate) -> None:
+        self._gate = gate
+        self.index: dict[str, float] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "gateway_upstream_fairness_index",
+            "Jain's fairness index of the consumers' service on the upstream over the last minute", labels=["upstream"])
+        for upstream in self._gate.upstreams():
+            family.add_metric([upstream], self.index.get(upstream, 1.0))
+        yield family

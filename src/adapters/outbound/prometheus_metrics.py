@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
-from adapters.outbound.prometheus_collectors import OPEN_LEASES, AllWorkers, GateGauges
+from adapters.outbound.prometheus_collectors import OPEN_LEASES, AllWorkers, FairnessGauges, GateGauges
 from adapters.outbound.prometheus_consumers import ConsumerMetrics
 from adapters.outbound.prometheus_latency import files_latency, latency
 from adapters.outbound.replica_metrics import EndpointMetrics, ReplicaMetrics
@@ -32,6 +32,9 @@ from domain.records import RequestRecord
 from ports.admission import AdmissionGate
 
 Totals = dict[tuple[str, ...], float]
+# The families `totals` reads (from the files, with several workers).
+_TOTALS = frozenset({"gateway_upstream_errors", "gateway_consumer_requests", "gateway_consumer_tokens",
+                     "gateway_consumer_slot_seconds", "gateway_queue_wait_seconds", "gateway_rate_limited"})
 
 
 class PrometheusMetrics:
@@ -88,6 +91,9 @@ class PrometheusMetrics:
         self._upstream_errors = Counter(
             "gateway_upstream_errors", "Failed requests by error kind", ["upstream", "kind"], registry=r)
         self._consumers = ConsumerMetrics(r, at_once=multiprocess_dir is not None)
+        # Computed from the last minute by the status board (`set_fairness`), read at scrape time.
+        self._fairness = FairnessGauges(gate)
+        self._page.register(self._fairness)
         # `labels()` hashes and validates its arguments on every call: the children are
         # looked up once per label tuple instead (the label values come from config and
         # status codes, so these maps stay small).
@@ -201,35 +207,52 @@ class PrometheusMetrics:
         self._consumers.flush()
         return CONTENT_TYPE_LATEST.encode(), generate_latest(self._page)
 
+    def set_fairness(self, upstream: str, index: float) -> None:
+        """`gateway_upstream_fairness_index{upstream}` from now on (the status board's, each second)."""
+        self._fairness.index[upstream] = index
+
     def totals(self) -> Totals:
         """The cumulative counts the status page shows per minute (every worker's):
-        ("unavailable", upstream, kind), ("requests", consumer), ("tokens", consumer),
-        ("limited", consumer, limit)."""
+        ("unavailable", upstream, kind), ("requests", consumer), ("tokens", consumer) (input +
+        output), ("limited", consumer, limit), and per upstream what each consumer used,
+        ("use", upstream, consumer, kind) with kind `input` | `output` | `cached` |
+        `slot_seconds`, and ("waited", upstream, consumer): its requests that went through the
+        upstream's admission (the queue wait histogram's count), served or not."""
         self._flush()
         self._consumers.flush()
-        wanted = {"gateway_upstream_errors", "gateway_consumer_requests", "gateway_consumer_tokens",
-                  "gateway_rate_limited"}
         families: Iterable[Metric]
         if self._workers is None:
             consumers = self._consumers
             families = (f for c in (self._upstream_errors, consumers.requests, consumers.tokens,
-                                    consumers.rate_limited) for f in c.collect())
+                                    consumers.slot_seconds, consumers.rate_limited, self._queue_wait)
+                        for f in c.collect())
         else:
-            families = (f for f in self._workers.files.collect() if f.name in wanted)  # type: ignore[no-untyped-call]
+            families = (f for f in self._workers.files.collect() if f.name in _TOTALS)  # type: ignore[no-untyped-call]
         out: Totals = {}
         for family in families:
+            name = family.name
             for sample in family.samples:
-                if not sample.name.endswith("_total"):
-                    continue  # _created
                 labels = sample.labels
-                if family.name == "gateway_upstream_errors":
+                if name == "gateway_queue_wait_seconds":
+                    if not sample.name.endswith("_count"):
+                        continue  # buckets, sum
+                    key: tuple[str, ...] = ("waited", labels["upstream"], labels["consumer"])
+                elif not sample.name.endswith("_total"):
+                    continue  # _created
+                elif name == "gateway_upstream_errors":
                     if labels["kind"] not in OVERLOAD_KINDS:
                         continue
-                    key: tuple[str, ...] = ("unavailable", labels["upstream"], labels["kind"])
-                elif family.name == "gateway_consumer_requests":
+                    key = ("unavailable", labels["upstream"], labels["kind"])
+                elif name == "gateway_consumer_requests":
                     key = ("requests", labels["consumer"])
-                elif family.name == "gateway_consumer_tokens":
-                    key = ("tokens", labels["consumer"])
+                elif name == "gateway_consumer_tokens":
+                    consumer, kind = labels["consumer"], labels["kind"]
+                    if kind != "cached":  # a part of input: not counted twice
+                        charged = ("tokens", consumer)
+                        out[charged] = out.get(charged, 0.0) + sample.value
+                    key = ("use", labels["upstream"], consumer, kind)
+                elif name == "gateway_consumer_slot_seconds":
+                    key = ("use", labels["upstream"], labels["consumer"], "slot_seconds")
                 else:
                     key = ("limited", labels["consumer"], labels["limit"])
                 out[key] = out.get(key, 0.0) + sample.value

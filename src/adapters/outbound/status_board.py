@@ -2,7 +2,9 @@
 
 The gauges come from the gate's snapshot, as the metrics' do (with Redis: the shared
 figures); the per-minute figures are the growth of the metrics' counters (with several
-workers: every worker's) over the last minute, read once a second (`domain.windows`).
+workers: every worker's) over the last minute, read once a second (`domain.windows`). From
+the same growth, each second, each consumer's share of every upstream and Jain's fairness
+index of their service (`domain.fairness`), which also goes to the metrics' gauge.
 """
 
 from __future__ import annotations
@@ -15,10 +17,16 @@ from collections.abc import Callable, Collection, Mapping
 
 from adapters.outbound.prometheus_metrics import PrometheusMetrics
 from domain.consumers import Consumer
+from domain.fairness import DEFAULT_OUTPUT_TOKEN_WEIGHT, Share, Use, shares
 from domain.windows import CounterWindow
 from ports.admission import AdmissionGate
 from ports.clock import Clock
-from ports.status import ConsumerStatus, ReplicaStatus, StatusReport, UpstreamStatus
+from ports.status import ConsumerShareStatus, ConsumerStatus, ReplicaStatus, StatusReport, UpstreamStatus
+
+Grown = dict[tuple[str, ...], float]
+# `PrometheusMetrics.totals`' ("use", upstream, consumer, kind) -> the `Use` field
+_USE_FIELDS = {"input": "input_tokens", "output": "output_tokens", "cached": "cached_tokens",
+               "slot_seconds": "slot_seconds"}
 
 log = logging.getLogger("gateway.status")
 
@@ -28,13 +36,15 @@ class StatusBoard:
         self, gate: AdmissionGate, metrics: PrometheusMetrics, clock: Clock, *, ready: Callable[[], bool],
         backend: str, workers: int, queue_timeouts: Mapping[str, float],
         consumer: Callable[[str], Consumer | None] | None = None, interval: float = 1.0,
-        replica_upstreams: Collection[str] = (),
+        replica_upstreams: Collection[str] = (), output_token_weights: Mapping[str, float] | None = None,
     ) -> None:
         self._replica_upstreams = frozenset(replica_upstreams)
         self._gate, self._metrics, self._clock = gate, metrics, clock
         self._ready, self._backend, self._workers = ready, backend, workers
         self._timeouts = dict(queue_timeouts)
         self._consumer = consumer  # None: keys off
+        self._output_weights = dict(output_token_weights or {})  # absent: DEFAULT_OUTPUT_TOKEN_WEIGHT
+        self._fair: dict[str, tuple[list[Share], float]] = {}  # upstream -> shares, index (last sample)
         self._interval = interval
         self._window: CounterWindow[tuple[str, ...]] = CounterWindow(span=60.0, resolution=interval)
         self._task: asyncio.Task[None] | None = None
@@ -56,15 +66,40 @@ class StatusBoard:
                 log.exception("status: sampling the counters failed")
             await asyncio.sleep(self._interval)
 
-    def _sample(self) -> dict[tuple[str, ...], float]:
+    def _sample(self) -> tuple[float, Grown]:
+        """Read the counters into the window; the window's growth, and the fairness figures from it."""
         self._metrics.sync()  # also what another worker's scrape reads of this one
         totals = self._metrics.totals()
-        self._window.add(self._clock.now(), totals)
-        return totals
+        now = self._clock.now()
+        self._window.add(now, totals)
+        covered, grown = self._window.growth(now, totals)
+        self._fair = self._fairness(grown)
+        for upstream in self._gate.upstreams():
+            self._metrics.set_fairness(upstream, self._fair[upstream][1] if upstream in self._fair else 1.0)
+        return covered, grown
+
+    def _fairness(self, grown: Grown) -> dict[str, tuple[list[Share], float]]:
+        """Per upstream, each consumer served or waiting there in the window: its share, and the index."""
+        named = self._consumer
+        if named is None:  # keys off: one anonymous consumer, nothing to share
+            return {}
+        uses: dict[str, dict[str, Use]] = {}
+        for key, value in grown.items():
+            what = key[0]
+            if what == "use":
+                use = uses.setdefault(key[1], {}).setdefault(key[2], Use())
+                setattr(use, _USE_FIELDS[key[3]], value)
+            elif what == "waited":
+                uses.setdefault(key[1], {}).setdefault(key[2], Use())
+        out = {}
+        for upstream, by_consumer in uses.items():
+            weights = {name: known.weight for name in by_consumer if (known := named(name)) is not None}
+            output_weight = self._output_weights.get(upstream, DEFAULT_OUTPUT_TOKEN_WEIGHT)
+            out[upstream] = shares(by_consumer, weights, output_weight)
+        return out
 
     def report(self) -> StatusReport:
-        totals = self._sample()
-        covered, grown = self._window.growth(self._clock.now(), totals)
+        covered, grown = self._sample()
         unavailable: dict[str, dict[str, int]] = {}
         consumers: dict[str, dict[str, object]] = {}
         for key, value in sorted(grown.items()):
@@ -72,6 +107,8 @@ class StatusBoard:
             if what == "unavailable":
                 unavailable.setdefault(name, {})[rest[0]] = int(value)
                 continue
+            if what in ("use", "waited"):
+                continue  # per upstream: `_fairness`
             entry = consumers.setdefault(name, {"requests": 0, "tokens": 0, "limited": {}})
             if what == "limited":
                 entry["limited"][rest[0]] = int(value)  # type: ignore[index]
@@ -87,13 +124,15 @@ class StatusBoard:
 
     def _upstream(self, name: str, unavailable: dict[str, int]) -> UpstreamStatus:
         snap = self._gate.snapshot(name)
+        fair, index = self._fair.get(name, ([], 1.0))
         return UpstreamStatus(
             name=name, capped=snap.limit is not None, cap=snap.limit, in_flight=snap.in_use,
             queue_depth=snap.queued, queue_limit=snap.queue_limit, queue_timeout_seconds=self._timeouts.get(name),
             oldest_wait_seconds=None if snap.oldest_wait_seconds is None else round(snap.oldest_wait_seconds, 3),
             queued_by_priority={str(p): n for p, n in sorted((snap.queued_by_priority or {}).items())},
             unavailable_last_minute=sum(unavailable.values()), unavailable_by_reason=unavailable,
-            replicas=self._replicas(name),
+            replicas=self._replicas(name), fairness_index=round(index, 4),
+            consumers=[_share_status(share) for share in fair],
         )
 
     def _replicas(self, name: str) -> list[ReplicaStatus]:
@@ -114,3 +153,13 @@ class StatusBoard:
             requests_per_minute=None if limits is None else limits.requests_per_minute,
             tokens_per_minute=None if limits is None else limits.tokens_per_minute,
         )
+
+
+def _share_status(share: Share) -> ConsumerShareStatus:
+    use = share.use
+    return ConsumerShareStatus(
+        name=share.consumer, input_tokens=int(use.input_tokens), output_tokens=int(use.output_tokens),
+        cached_tokens=int(use.cached_tokens), weighted_tokens=round(share.weighted_tokens, 3),
+        token_share=round(share.token_share, 4), slot_seconds=round(use.slot_seconds, 3),
+        slot_share=round(share.slot_share, 4), service=round(share.service, 3),
+    )

@@ -112,7 +112,7 @@ async def test_usage_is_charged_to_the_consumer(procs: Processes, tmp_path: Path
         anonymous = await c.post(gw.url + "/v1/embeddings", json=EMBED)
     assert plain.usage is not None and streamed[-1].usage is not None
     assert (plain.usage.prompt_tokens, streamed[-1].usage.prompt_tokens, vectors.usage.prompt_tokens) == (3, 2, 3)
-    assert charged == {"prompt": 3 + 2 + 3 + 1, "completion": 4 + 4 + 4}
+    assert charged == {"input": 3 + 2 + 3 + 1, "output": 4 + 4 + 4, "cached": 0}
     assert int(raw.headers["x-ratelimit-remaining-tokens"]) < 100000
     assert raw.headers["x-ratelimit-limit-tokens"] == "100000"
     assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "invalid_api_key"

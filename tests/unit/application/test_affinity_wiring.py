@@ -122,11 +122,11 @@ async def test_a_shared_system_prompt_draws_first_turns_to_its_replica_within_th
         await chat.complete(conversation(f"conv-{c}", 1)[0])
     assert client.replicas == [A, A, A]  # one at a time: A is never above the least loaded
     slots = chat._slots
-    held = [await slots.admit_quietly("up", None, ANONYMOUS) for _ in range(2)]  # B and C: 1 each
-    held += [await slots.admit_quietly("up", None, ANONYMOUS, prefer=[A], max_extra=1) for _ in range(2)]
+    held = [(await slots.admit_quietly("up", None, ANONYMOUS))[0] for _ in range(2)]  # B and C: 1 each
+    held += [(await slots.admit_quietly("up", None, ANONYMOUS, prefer=[A], max_extra=1))[0] for _ in range(2)]
     assert [lease.replica for lease in held] == [B, C, A, A]
     await chat.complete(conversation("conv-9", 1)[0])  # A holds 2, the least 1: within the extra
-    held.append(await slots.admit_quietly("up", None, ANONYMOUS, prefer=[A], max_extra=1))
+    held.append((await slots.admit_quietly("up", None, ANONYMOUS, prefer=[A], max_extra=1))[0])
     await chat.complete(conversation("conv-10", 1)[0])  # A holds 3, the least 1: the least loaded
     assert client.replicas[3:] == [A, B]
     for lease in held:

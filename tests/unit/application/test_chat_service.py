@@ -32,6 +32,7 @@ from ports.admission import GateSnapshot
 class FakeLease:
     queued = False
     losable = False
+    slots = 1  # one sequence
 
     def __init__(self, gate: FakeGate) -> None:
         self.lost = asyncio.Event()  # a one-process gate never loses a slot

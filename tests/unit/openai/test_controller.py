@@ -57,6 +57,7 @@ def frames(data: bytes) -> list[bytes]:
 class FakeLease:
     queued = False
     losable = False
+    slots = 1  # one sequence
 
     def __init__(self, gate: FakeGate) -> None:
         self.lost = asyncio.Event()  # a one-process gate never loses a slot

@@ -75,6 +75,7 @@ def router(context: EdgeContext) -> Router:
             call.rate_headers = rate_limit_headers(record.rate)
         record.input_tokens = response.usage.input_tokens
         record.output_tokens = response.usage.output_tokens
+        record.cached_tokens = response.usage.cached_tokens
         record.finish_reason = response.finish_reason
         return json_answer(encode_message(response, chat.model), headers)
 
@@ -203,6 +204,7 @@ def _record_end(call: Call, machine: AnthropicStream) -> None:
     record = call.record
     record.input_tokens = machine.usage.input_tokens
     record.output_tokens = machine.usage.output_tokens
+    record.cached_tokens = machine.usage.cached_tokens
     record.finish_reason = machine.stop_reason
     if machine.failure is not None:
         record.error_kind = machine.failure.kind

@@ -116,6 +116,7 @@ def text_completions_handler(
         call.stop_watching()
         record = call.record
         record.input_tokens, record.output_tokens = answer.usage.input_tokens, answer.usage.output_tokens
+        record.cached_tokens = answer.usage.cached_tokens
         record.finish_reason = answer.finish_reason
         return _answer(call, completion_body(answer, text.model))
 
@@ -155,6 +156,7 @@ def _complete(call: Call, response: ChatResponse, model: str) -> Response[bytes]
     record = call.record
     record.input_tokens = response.usage.input_tokens
     record.output_tokens = response.usage.output_tokens
+    record.cached_tokens = response.usage.cached_tokens
     record.finish_reason = response.finish_reason
     return _answer(call, response_body(response, model, NATIVE_FORMAT))
 
@@ -226,6 +228,7 @@ def _record_usage(call: Call, writer: ChunkWriter | TextChunkWriter) -> None:
     if writer.usage is not None:
         record.input_tokens = writer.usage.input_tokens
         record.output_tokens = writer.usage.output_tokens
+        record.cached_tokens = writer.usage.cached_tokens
     if writer.finish_reason is not None:
         record.finish_reason = writer.finish_reason
 

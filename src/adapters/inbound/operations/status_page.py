@@ -3,14 +3,17 @@
 No build step, no framework, nothing fetched but `/status.json`: the page is rendered
 here from the same `StatusReport`, and a few lines of plain JS refresh every figure once a
 second. Each figure's element names its value (`data-v`, a key of the flattened JSON:
-`u:NAME:field` per upstream, `r:NAME:ADDRESS:field` per replica, `c:NAME:field` per
-consumer) and each bar its value and its scale (`data-bar`, `data-of`: a key, or
-`max:u:field` / `max:c:field`, the largest of that field). When the upstreams, replicas
-or consumers listed change, the page reloads itself (the server renders the new rows).
+`u:NAME:field` per upstream, `r:NAME:ADDRESS:field` per replica, `s:NAME:CONSUMER:field` per
+consumer of an upstream, `c:NAME:field` per consumer) and, for a share or an index, its format
+(`data-fmt`: `pct`, `2` decimals); each bar its value and its scale (`data-bar`, `data-of`: a
+key, a number, or `max:u:field` / `max:c:field`, the largest of that field). When the
+upstreams, replicas or consumers listed change, the page reloads itself (the server renders
+the new rows).
 """
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 from ports.status import ConsumerStatus, StatusReport, UpstreamStatus
@@ -38,19 +41,21 @@ const flat = s => { const f = {ready: s.ready ? "ready" : "draining", window_sec
   const add = (p, o) => { for (const k in o) if (typeof o[k] !== "object" || o[k] === null) {
     f[p + k] = o[k]; f["max:" + p.slice(0, 2) + k] = Math.max(f["max:" + p.slice(0, 2) + k] || 0, o[k] || 0); } };
   for (const u of s.upstreams) { add("u:" + u.name + ":", u);
-    for (const r of u.replicas) add("r:" + u.name + ":" + r.address + ":", r); }
+    for (const r of u.replicas) add("r:" + u.name + ":" + r.address + ":", r);
+    for (const c of u.consumers) add("s:" + u.name + ":" + c.name + ":", c); }
   for (const c of s.consumers) add("c:" + c.name + ":", c);
   return f; };
-const rows = s => s.upstreams.map(u => [u.name, ...u.replicas.map(r => r.address)].join(","))
-  .concat(s.consumers.map(c => "c:" + c.name)).join(" ");
-const fmt = v => v === null || v === undefined ? "\\u2013"
+const rows = s => s.upstreams.map(u => [u.name, ...u.replicas.map(r => r.address),
+  ...u.consumers.map(c => "s:" + c.name)].join(",")).concat(s.consumers.map(c => "c:" + c.name)).join(" ");
+const fmt = (v, how) => v === null || v === undefined ? "\\u2013"
+  : how === "pct" ? Math.round(100 * v) + "%" : how === "2" ? v.toFixed(2)
   : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(1) : String(v);
 async function refresh() {
   try {
     const s = await (await fetch("status.json", {cache: "no-store"})).json();
     if (rows(s) !== document.body.dataset.rows) { location.reload(); return; }
     const f = flat(s);
-    for (const el of document.querySelectorAll("[data-v]")) el.textContent = fmt(f[el.dataset.v]);
+    for (const el of document.querySelectorAll("[data-v]")) el.textContent = fmt(f[el.dataset.v], el.dataset.fmt);
     for (const el of document.querySelectorAll("[data-bar]")) {
       const of = el.dataset.of in f ? f[el.dataset.of] : Number(el.dataset.of);
       el.style.width = (of > 0 ? Math.min(100, 100 * (f[el.dataset.bar] || 0) / of) : 0) + "%"; }
@@ -61,10 +66,15 @@ setInterval(refresh, 1000);
 """
 
 
-def _fmt(value: object) -> str:
-    """As the page's `fmt`: a dash for none, one decimal for fractions."""
+def _fmt(value: object, how: str = "") -> str:
+    """As the page's `fmt`: a dash for none, a share as a whole percent (`pct`), `2` decimals,
+    else one decimal for fractions."""
     if value is None:
         return "\u2013"
+    if how == "pct":
+        return f"{math.floor(100 * float(value) + 0.5)}%"  # type: ignore[arg-type]  # JS Math.round
+    if how == "2":
+        return f"{float(value):.2f}"  # type: ignore[arg-type]
     if isinstance(value, float) and not value.is_integer():
         return f"{value:.1f}"
     if isinstance(value, float):
@@ -82,10 +92,13 @@ class _Page:
             self._add(f"u:{upstream.name}:", upstream)
             for replica in upstream.replicas:
                 self._add(f"r:{upstream.name}:{replica.address}:", replica)
+            for share in upstream.consumers:
+                self._add(f"s:{upstream.name}:{share.name}:", share)
         for consumer in report.consumers:
             self._add(f"c:{consumer.name}:", consumer)
-        self.rows = " ".join([",".join([u.name, *(r.address for r in u.replicas)]) for u in report.upstreams]
-                             + [f"c:{c.name}" for c in report.consumers])
+        listed = [[u.name, *(r.address for r in u.replicas), *(f"s:{c.name}" for c in u.consumers)]
+                  for u in report.upstreams]
+        self.rows = " ".join([",".join(names) for names in listed] + [f"c:{c.name}" for c in report.consumers])
 
     def _add(self, prefix: str, item: object) -> None:
         for field in item.__struct_fields__:  # type: ignore[attr-defined]
@@ -97,8 +110,9 @@ class _Page:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self.values[top] = max(float(self.values.get(top, 0.0)), float(value))  # type: ignore[arg-type]
 
-    def figure(self, key: str) -> str:
-        return f'<span class="num" data-v="{escape(key)}">{escape(_fmt(self.values.get(key)))}</span>'
+    def figure(self, key: str, how: str = "") -> str:
+        fmt = f' data-fmt="{how}"' if how else ""
+        return f'<span class="num" data-v="{escape(key)}"{fmt}>{escape(_fmt(self.values.get(key), how))}</span>'
 
     def bar(self, key: str, of: str, kind: str = "") -> str:
         scale = self.values.get(of, None)
@@ -113,7 +127,7 @@ class _Page:
                 f'style="width:{width:.1f}%"></i></div>')
 
 
-def _upstream(page: _Page, up: UpstreamStatus) -> str:
+def _upstream(page: _Page, up: UpstreamStatus, auth: bool) -> str:
     k = f"u:{up.name}:"
     parts = [f'<article class="card" id="{escape("up-" + up.name)}"><h3>{escape(up.name)}</h3>']
     if up.capped:
@@ -140,7 +154,25 @@ def _upstream(page: _Page, up: UpstreamStatus) -> str:
                          f"<td>{page.figure(r + 'in_flight')} / {page.figure(r + 'limit')}"
                          f"{page.bar(r + 'in_flight', r + 'limit')}</td></tr>")
         parts.append("</table>")
+    if auth:
+        parts.append(_shares(page, up))
     parts.append("</article>")
+    return "".join(parts)
+
+
+def _shares(page: _Page, up: UpstreamStatus) -> str:
+    """Who used this upstream in the last minute (slot time, weighted tokens) and how evenly."""
+    k = f"u:{up.name}:"
+    parts = [f'<div class="fig"><div class="row"><span>fairness (Jain), last minute</span>'
+             f'<span>{page.figure(k + "fairness_index", "2")}</span></div>{page.bar(k + "fairness_index", "1")}</div>']
+    if up.consumers:
+        parts.append("<table><tr><th>consumer</th><th>slot time</th><th>tokens (weighted)</th></tr>")
+        for share in up.consumers:
+            s = f"s:{up.name}:{share.name}:"
+            parts.append(f"<tr><td>{escape(share.name)}</td>"
+                         f"<td>{page.figure(s + 'slot_share', 'pct')}{page.bar(s + 'slot_share', '1')}</td>"
+                         f"<td>{page.figure(s + 'token_share', 'pct')}{page.bar(s + 'token_share', '1')}</td></tr>")
+        parts.append("</table>")
     return "".join(parts)
 
 
@@ -164,7 +196,7 @@ def _consumer(page: _Page, consumer: ConsumerStatus) -> str:
 
 def render(report: StatusReport) -> str:
     page = _Page(report)
-    upstreams = "".join(_upstream(page, u) for u in report.upstreams)
+    upstreams = "".join(_upstream(page, u, report.auth) for u in report.upstreams)
     if report.auth:
         consumers = "".join(_consumer(page, c) for c in report.consumers) or \
             '<p class="mute">No consumer sent a request in the last minute.</p>'

@@ -77,6 +77,7 @@ def router(context: EdgeContext) -> Router:
         call.stop_watching()
         record.input_tokens = answer.usage.input_tokens
         record.output_tokens = answer.usage.output_tokens
+        record.cached_tokens = answer.usage.cached_tokens
         record.finish_reason = answer.finish_reason
         if record.rate is not None:  # sent by the edge middleware (`Call.rate_headers`)
             call.rate_headers = rate_limit_headers(record.rate)
@@ -146,6 +147,7 @@ def _record_end(call: Call, machine: ResponseStream) -> None:
     if machine.usage is not None:
         record.input_tokens = machine.usage.input_tokens
         record.output_tokens = machine.usage.output_tokens
+        record.cached_tokens = machine.usage.cached_tokens
     if machine.reason is not None:
         record.finish_reason = machine.reason
     if machine.failure is not None:
