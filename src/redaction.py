@@ -18,15 +18,19 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 MASK = "***"
 _SECRET_WORDS = frozenset({"password", "passwd", "pwd", "secret", "token", "credential", "credentials",
                            "headers", "authorization", "apikey"})
+_MEASURE_WORDS = frozenset({"weight"})
 _WORDS = re.compile(r"[a-z0-9]+")
 
 
 def secret_name(name: str) -> bool:
     """Whether a key or query parameter is named like a secret (`api_key`, `x-api-key`,
     `password`, `otlp_headers`, `token`...): whole words, so `max_output_tokens` and
-    `key_prefix` are not, and a name ending in the word `key` is."""
+    `key_prefix` are not, and a name ending in the word `key` is. A name ending in `weight`
+    names a number (`output_token_weight`: what a token counts for), never a secret."""
     words = _WORDS.findall(name.lower())
-    return bool(words) and (words[-1] == "key" or any(word in _SECRET_WORDS for word in words))
+    if not words or words[-1] in _MEASURE_WORDS:
+        return False
+    return words[-1] == "key" or any(word in _SECRET_WORDS for word in words)
 
 
 def masked_url(text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from adapters.inbound.operations.status_page import render
-from ports.status import ConsumerStatus, ReplicaStatus, StatusReport, UpstreamStatus
+from ports.status import ConsumerShareStatus, ConsumerStatus, ReplicaStatus, StatusReport, UpstreamStatus
 
 
 def _report(**overrides: object) -> StatusReport:
@@ -50,3 +50,22 @@ def test_keys_off_and_an_uncapped_upstream() -> None:
     page = render(_report(auth=False, consumers=[], upstreams=[plain], ready=False))
     assert "in flight (uncapped)" in page and 'data-of="max:u:in_flight" style="width:100.0%"' in page
     assert "API keys are off" in page and ">draining<" in page
+
+
+def test_each_upstream_shows_its_consumers_shares_and_fairness_index() -> None:
+    share = ConsumerShareStatus(name="<b>evil</b>", input_tokens=300, output_tokens=150, cached_tokens=180,
+                                weighted_tokens=600.0, token_share=0.75, slot_seconds=6.0, slot_share=0.625,
+                                service=200.0)
+    upstream = UpstreamStatus(
+        name="qwen", capped=False, cap=None, in_flight=0, queue_depth=0, queue_limit=None, queue_timeout_seconds=None,
+        oldest_wait_seconds=None, queued_by_priority={}, unavailable_last_minute=0, unavailable_by_reason={},
+        replicas=[], fairness_index=0.8, consumers=[share])
+    page = render(_report(upstreams=[upstream]))
+    assert '<span class="num" data-v="u:qwen:fairness_index" data-fmt="2">0.80</span>' in page
+    assert 'data-bar="u:qwen:fairness_index" data-of="1" style="width:80.0%"' in page
+    assert 'data-v="s:qwen:&lt;b&gt;evil&lt;/b&gt;:slot_share" data-fmt="pct">63%<' in page  # as JS Math.round
+    assert 'data-bar="s:qwen:&lt;b&gt;evil&lt;/b&gt;:token_share" data-of="1" style="width:75.0%"' in page
+    assert 'data-rows="qwen,s:&lt;b&gt;evil&lt;/b&gt; c:&lt;b&gt;evil&lt;/b&gt;"' in page  # a new consumer: reload
+    assert "<b>evil</b>" not in page
+    keys_off = render(_report(auth=False, consumers=[], upstreams=[upstream]))
+    assert "fairness_index" not in keys_off  # one anonymous consumer: nothing to share

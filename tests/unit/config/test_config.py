@@ -66,6 +66,13 @@ def test_fairness_keys_reach_the_policy() -> None:
     assert default is not None and (default.fairness, default.max_queued_per_consumer) == ("fifo", None)
 
 
+def test_output_token_weight_defaults_to_2() -> None:
+    default = load_config_text(UPSTREAM + ADMISSION).upstreams["a"].admission
+    tuned = load_config_text(UPSTREAM + ADMISSION + "output_token_weight = 3.5\n").upstreams["a"].admission
+    assert default is not None and tuned is not None
+    assert (default.output_token_weight, tuned.output_token_weight) == (2.0, 3.5)
+
+
 @pytest.mark.parametrize("missing", ["sequence_slots", "max_in_flight", "queue_depth", "queue_timeout_seconds"])
 def test_admission_keys_have_no_defaults(missing: str) -> None:
     admission = "\n".join(line for line in ADMISSION.splitlines() if not line.startswith(missing))
@@ -123,6 +130,8 @@ def test_admission_keys_have_no_defaults(missing: str) -> None:
         (UPSTREAM + ADMISSION + 'fairness = "wfq"\n', r"invalid value for 'upstreams\.a\.admission\.fairness'"),
         (UPSTREAM + ADMISSION + "max_queued_per_consumer = 0\n",
          r"invalid value for 'upstreams\.a\.admission\.max_queued_per_consumer'"),
+        (UPSTREAM + ADMISSION + "output_token_weight = 0\n",
+         r"invalid value for 'upstreams\.a\.admission\.output_token_weight'"),
         (UPSTREAM + 'aliases = [""]\n', r"invalid value for 'upstreams\.a\.aliases\[0\]'"),
         (UPSTREAM + 'aliases = ["claude-*"]\n[upstreams.b]\nurl = "http://b"\nmodels = ["n"]\naliases = ["*-sonnet"]\n',
          r"upstreams\.a\.aliases: pattern 'claude-\*' and upstreams\.b\.aliases pattern '\*-sonnet' can both "
@@ -168,6 +177,7 @@ def test_check_config_cli(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert '"max_in_flight": 6' in ok.stdout and '"connect_timeout_seconds"' in ok.stdout
     assert '"fairness": "fifo"' in ok.stdout and '"max_queued_per_consumer": null' in ok.stdout  # defaults shown
+    assert '"output_token_weight": 2.0' in ok.stdout
     bad = tmp_path / "bad.toml"
     bad.write_text(UPSTREAM + ADMISSION.replace("queue_depth = 8\n", ""))
     failed = subprocess.run([sys.executable, "-m", "cli", "check-config", "--config", str(bad)],

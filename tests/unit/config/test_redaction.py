@@ -53,6 +53,7 @@ def test_keys_named_like_secrets_are_masked_whatever_their_value() -> None:
         "auth": {"mode": "required"}, "secret": None,  # unset stays visibly unset
     }
     assert not secret_name("tokens_per_minute") and secret_name("secret_key")
+    assert not secret_name("output_token_weight") and secret_name("token_secret")
 
 
 def test_check_config_masks_every_password(tmp_path: Path) -> None:
