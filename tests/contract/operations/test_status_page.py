@@ -1,10 +1,11 @@
 """`/status` in a real browser: Debian's chromium driven by Playwright for Python.
 
-The test fills a capped upstream (cap 2) and its queue (4 places) with requests that the
+The first test fills a capped upstream (cap 2) and its queue (4 places) with requests that the
 stub holds 5 s each, arriving one by one, while the page is open at phone width; it reads
 the figures from the DOM as the page refreshes itself from `/status.json`: in flight
-reaches the cap, the queue depth rises to 4, then falls back to 0. No console error; a
-screenshot is saved (the test's tmp_path and `test-artifacts/`, gitignored).
+reaches the cap, the queue depth rises to 4, then falls back to 0. The second has two
+consumers share an upstream and reads their shares and the fairness index. No console
+error; screenshots are saved (the test's tmp_path and `test-artifacts/`, gitignored).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from pathlib import Path
 import httpx
 from playwright.async_api import Page, async_playwright
 from tests.support.processes import ROOT, Processes, upstream_toml
+
+from adapters.outbound.keys_file import new_key
+from domain.consumers import key_digest
 
 CHROMIUM = "/usr/bin/chromium"  # scripts/ensure-chromium; Playwright's own browser download is not reachable
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -89,4 +93,50 @@ async def test_status_page_follows_the_queue_filling_and_draining(procs: Process
     falling = zip(runs[peak:], runs[peak + 1:], strict=False)
     assert runs[-1] == 0 and all(a >= b for a, b in falling), runs  # ...then fell to 0
     assert bar is not None and "width:0" in bar.replace(" ", ""), bar
+    assert errors == [], errors
+
+
+async def test_status_page_shows_who_used_an_upstream_and_how_evenly(procs: Processes, tmp_path: Path) -> None:
+    """With API keys on, two consumers' requests: the page reloads itself with a row per consumer in
+    the upstream's card (shares of slot time and weighted tokens, as whole percents) and the
+    fairness index, and keeps them in step with `/status.json`."""
+    keys = {"alpha": new_key(), "beta": new_key()}
+    keys_file = tmp_path / "keys.toml"
+    keys_file.write_text("".join(f'[consumers.{name}]\nkeys = ["{key_digest(key)}"]\n' for name, key in keys.items()))
+    stub = procs.stub("--hold", "0.2", "--tokens", "4")
+    gw = procs.gateway(upstream_toml("reasoning", stub.url, ["reasoning"], {
+        "sequence_slots": 2, "max_in_flight": 1, "queue_depth": 8, "queue_timeout_seconds": 30})
+        + f'\n[auth]\nmode = "required"\nkeys_file = "{keys_file}"\n')
+    errors: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = await browser.new_page(viewport={"width": 390, "height": 844})
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            await page.goto(gw.ops_url + "/status")
+            assert (await page.text_content('[data-v="u:reasoning:fairness_index"]') or "").strip() == "1.00"
+            async with httpx.AsyncClient(timeout=30) as client:
+                await asyncio.gather(*(client.post(
+                    f"{gw.url}/v1/chat/completions", json=CHAT, headers={"authorization": f"Bearer {keys[name]}"})
+                    for name in ("alpha", "alpha", "alpha", "beta")))
+                status = (await client.get(gw.ops_url + "/status.json")).json()["upstreams"][0]
+            alpha = '[data-v="s:reasoning:alpha:token_share"]'
+            await page.wait_for_selector(alpha, timeout=10_000)  # the page reloaded with the new rows
+            deadline = time.monotonic() + 5
+            while (await page.text_content(alpha) or "").strip() != "75%":  # 3 answers of 4 alike
+                assert time.monotonic() < deadline, await page.text_content(alpha)
+                await asyncio.sleep(0.1)
+            beta_slots = (await page.text_content('[data-v="s:reasoning:beta:slot_share"]') or "").strip()
+            index = (await page.text_content('[data-v="u:reasoning:fairness_index"]') or "").strip()
+            bar = await page.get_attribute('[data-bar="s:reasoning:alpha:token_share"]', "style")
+            await page.screenshot(path=str(tmp_path / "status-page-shares.png"), full_page=True)
+        finally:
+            await browser.close()
+    (ROOT / "test-artifacts").mkdir(exist_ok=True)
+    shutil.copy(tmp_path / "status-page-shares.png", ROOT / "test-artifacts" / "status-page-shares.png")
+    assert [c["name"] for c in status["consumers"]] == ["alpha", "beta"]
+    assert beta_slots.endswith("%") and 15 <= int(beta_slots[:-1]) <= 35, beta_slots  # about 1 of 4 slot-times
+    assert index == f"{status['fairness_index']:.2f}" == "0.80", index  # services 3:1: 16 / (2 x 10)
+    assert bar is not None and "width:75" in bar.replace(" ", ""), bar
     assert errors == [], errors
