@@ -134,13 +134,14 @@ class Slots:
         span.end(None if error is None or outcome == "abandoned" else outcome)
         return now
 
-    async def release(self, lease: SlotLease, record: RequestRecord | None, since: float) -> None:
+    def release(self, lease: SlotLease, record: RequestRecord | None, since: float) -> Awaitable[None]:
         """Give the lease's slots back (idempotent, as `SlotLease.release`), noting on the record
         how long they were held since `since` (the instant `admitted` returned), times how many:
-        the request's slot-seconds (`gateway_consumer_slot_seconds_total`), however it ended."""
+        the request's slot-seconds (`gateway_consumer_slot_seconds_total`), however it ended.
+        `lease.release()`'s own coroutine, to await: no coroutine of its own per request."""
         if record is not None:
             record.slot_seconds = (self._clock.now() - since) * lease.slots
-        await lease.release()
+        return lease.release()
 
     async def admit_quietly(self, upstream: str, record: RequestRecord | None, consumer: Consumer,
                             slots: int = 1, prefer: Sequence[str] = (),

@@ -142,6 +142,11 @@ async def test_tokens_and_slot_seconds_per_consumer_shares_and_the_fairness_inde
     assert math.isclose(gauge(page, "gateway_upstream_fairness_index", "reasoning") or 0,  # type: ignore[arg-type]
                         reasoning["fairness_index"], abs_tol=1e-3)
     assert gauge(page, "gateway_upstream_fairness_index", "plain") == 1.0
+    lines = [json.loads(line) for line in gw.text().splitlines() if line.startswith("{")]
+    served = [r for r in lines if r.get("status") == 200 and r.get("consumer")]
+    assert len(served) == 8 and all(r["slot_seconds"] >= HOLD for r in served)  # the access log's fields
+    assert sum(r["cached_tokens"] or 0 for r in served) == sum(v for k, v in used.tokens.items() if k[2] == "cached")
+    assert [r["slot_seconds"] for r in lines if r.get("status") == 401] == [None]  # refused: never held a slot
 
 
 @pytest.fixture
