@@ -2,7 +2,8 @@
 (`--tokens`, `--hold 0.2`, `--prefix-cache`), requests from both through `/v1` and `/llm`,
 streamed and not; then `/metrics` counts each consumer's tokens (input, output, cached) and
 slot-seconds per upstream as the stub reported and held them, and `/status.json` shows their
-shares of each upstream and Jain's fairness index (also the gauge). With two workers, every
+shares of each upstream and Jain's fairness index (also the gauge). A client that leaves
+mid-stream and an upstream error count the slot time they held. With two workers, every
 worker's requests are on one scrape.
 """
 
@@ -212,3 +213,34 @@ def test_two_workers_count_every_workers_use_on_one_scrape(
         time.sleep(0.2)
     # the same answers for both, and beta has weight 2: services 2:1, (2 + 1)^2 / (2 x (4 + 1)) = 0.9
     assert math.isclose(plain["fairness_index"], 0.9, abs_tol=1e-3)
+
+
+async def test_a_hang_up_and_an_upstream_error_count_the_slot_time_they_held(
+    procs: Processes, tmp_path: Path
+) -> None:
+    """A stream the client leaves after its first frames counts the time its slot was held until
+    the gateway aborted it (not the whole answer's); a 500 from the model server counts too."""
+    slow = procs.stub("--tokens", "60", "--chunk-delay", "0.05")  # a 3 s answer
+    failing = procs.stub("--error-rate", "1")
+    gw = procs.gateway(upstream_toml("slow", slow.url, ["slow"]) + upstream_toml("failing", failing.url, ["failing"])
+                       + _auth(_keys(tmp_path / "keys.toml")))
+    headers = {"authorization": f"Bearer {KEYS['alpha']}"}
+    body = {"model": "slow", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with c.stream("POST", gw.url + "/v1/chat/completions", json=body, headers=headers) as answer:
+            lines = answer.aiter_lines()
+            while not (await anext(lines)).startswith("data: {"):
+                pass
+            await asyncio.sleep(0.5)
+        # left mid-answer: the connection is closed with the answer unread
+        failed = await c.post(gw.url + "/v1/chat/completions", headers=headers,
+                              json={"model": "failing", "messages": [{"role": "user", "content": "hi"}]})
+        assert failed.status_code == 502
+        deadline = time.monotonic() + 5
+        while ("alpha", "slow", "slot_seconds") not in (counted := _use(samples(
+                (await c.get(gw.ops_url + "/metrics")).text))):
+            assert time.monotonic() < deadline, counted
+            await asyncio.sleep(0.1)
+    assert 0.5 <= counted["alpha", "slow", "slot_seconds"] < 2.0, counted  # aborted well before the answer's end
+    assert 0 < counted["alpha", "failing", "slot_seconds"] < 1.0, counted
+    assert counted["alpha", "failing", "input"] == 0  # the upstream produced nothing
