@@ -172,7 +172,7 @@ def test_two_workers_count_every_workers_use_on_one_scrape(
     assert len(workers) == 2
     served = dict.fromkeys(workers, 0)
     prompts: dict[str, int] = {"alpha": 0, "beta": 0}
-    for _ in range(40):  # new connections until each worker has served both consumers
+    for _ in range(200):  # new connections until each worker has served both consumers (bounded)
         conn, pid = _connection(gw.port, workers)
         for consumer in ("alpha", "beta"):
             body = json.dumps({"model": "plain", "messages": [{"role": "user", "content": "a b c"}]})
@@ -190,7 +190,7 @@ def test_two_workers_count_every_workers_use_on_one_scrape(
     rounds = sum(served.values())
     ops_port = int(gw.ops_url.rsplit(":", 1)[1])
     scraped: dict[int, dict[tuple[str, str, str], float]] = {}
-    for _ in range(60):  # a scrape through each worker
+    for _ in range(200):  # a scrape through each worker (bounded)
         conn, pid = _connection(ops_port, workers)
         conn.request("GET", "/metrics")
         scraped[pid] = _use(samples(conn.getresponse().read().decode()))
