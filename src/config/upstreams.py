@@ -30,11 +30,12 @@ class AdmissionTable(Section):
     queue_depth: NonNegativeInt
     queue_timeout_seconds: PositiveFloat
     # "fifo": one arrival-order queue; "fair": priority first, then weighted fairness between
-    # consumers, arrival order within one (docs/operations.md).
-    fairness: Literal["fifo", "fair"] = "fifo"
+    # consumers by requests, arrival order within one; "tokens": the same by the tokens each was
+    # served (the Virtual Token Counter; memory backend only so far; docs/operations.md).
+    fairness: Literal["fifo", "fair", "tokens"] = "fifo"
     max_queued_per_consumer: PositiveInt | None = None  # one consumer's share of the queue
     # What one output token counts for against one prompt token in a consumer's service (the
-    # status page's shares and fairness index; `domain.fairness`): decode is memory-bound, one
+    # status page's shares and fairness index, `domain.fairness`; the order of "tokens"): decode is memory-bound, one
     # token per step, prefill batched, so an output token costs the GPU about twice as much.
     output_token_weight: PositiveFloat = DEFAULT_OUTPUT_TOKEN_WEIGHT
 

@@ -112,6 +112,19 @@ class AdmissionGate(Protocol):
         """
         ...
 
+    def metered(self, upstream: str) -> bool:
+        """True when `upstream`'s queue orders consumers by the tokens they were served
+        (`fairness = "tokens"`, `domain.admission.token_order`): its requests then `charge`
+        what they are served. False for every other upstream (nothing to charge)."""
+        ...
+
+    def charge(self, upstream: str, consumer: Consumer, input_tokens: float, output_tokens: float) -> None:
+        """Add tokens served to `consumer`'s service on a `metered` upstream (negative: a
+        correction of an estimate); ignored for any other. Never waits: callers batch their
+        charges (`application.service_charge`), and a shared backend would send them with
+        its next round trip."""
+        ...
+
     def set_replicas(self, upstream: str, ready: Iterable[str]) -> None:
         """The replica addresses this process's discovery sees now (an upstream with
         replicas; KeyError for another). New ones get requests; missing ones drain (their

@@ -29,6 +29,7 @@ def policies(config: Config) -> dict[str, AdmissionPolicy | None]:
             queue_timeout_seconds=table.queue_timeout_seconds,
             fairness=table.fairness,
             max_queued_per_consumer=table.max_queued_per_consumer,
+            output_token_weight=table.output_token_weight,
         )
     return found
 

@@ -36,7 +36,7 @@ class SlotLedger:
 
     Who holds what is a `SlotHoldings`; the queue is a `WaitQueue` (deadlines in arrival
     order, and the dispatch order and positions of the policy's `fairness`: `FifoOrder` or
-    `FairOrder`); no operation walks either. Tickets found past their deadline by `arrive`
+    `FairOrder` or `TokenOrder`); no operation walks either. Tickets found past their deadline by `arrive`
     or `release` leave the queue at once (never admitted) and are reported by `expire`.
 
     Retry-After: `domain.admission.retry_after`, from the service times of released tickets.
@@ -45,14 +45,15 @@ class SlotLedger:
     __slots__ = (
         "_granted", "_held", "_lapsed", "_next", "_queue", "_service", "_waiting",
         "abandoned", "admitted", "closed", "drained", "policy", "queued_total",
-        "rejected_draining", "rejected_full", "replicas", "timed_out",
+        "rejected_draining", "rejected_full", "replicas", "timed_out", "tokens",
     )
 
     def __init__(self, policy: AdmissionPolicy, *, min_capacity: int = 64, replica_limit: int | None = None) -> None:
         self.policy = policy.validate()
         self.closed = False
         self._next = 1
-        self._queue = WaitQueue(policy.fairness, min_capacity)
+        self._queue = WaitQueue(policy.fairness, min_capacity, policy.output_token_weight)
+        self.tokens = self._queue.tokens  # the consumers' token service under "tokens", else None
         self._waiting = self._queue.deadlines  # read only: is anyone queued, how many
         self._held = SlotHoldings(policy.max_in_flight, replica_limit)
         self._granted: list[int] = []  # queued tickets admitted, not yet reported

@@ -4,8 +4,9 @@ Deadlines sit in an OrderedDict ticket -> deadline, in arrival order: append, po
 and removal from the middle (a hang-up) are O(1). Every ticket gets the same timeout and
 `now` never goes backwards, so deadlines ascend from the front and expiry pops from the
 front, whatever the dispatch order. The dispatch order (which ticket a free slot takes
-next, and each ticket's place) is the policy's: `FifoOrder` (arrival) or `FairOrder`
-(per consumer weight, within priority bands). Counts per consumer and per priority back
+next, and each ticket's place) is the policy's: `FifoOrder` (arrival), `FairOrder`
+(per consumer weight, within priority bands) or `TokenOrder` (per consumer token service,
+within priority bands; `charge` feeds it). Counts per consumer and per priority back
 `max_queued_per_consumer` and the queue-by-priority metric. No operation walks the queue.
 """
 
@@ -16,8 +17,10 @@ from typing import TypeVar
 
 from domain.admission.fair_order import FairOrder
 from domain.admission.fifo_order import FifoOrder
-from domain.admission.policy import FAIR
+from domain.admission.policy import FAIR, TOKENS
+from domain.admission.token_order import TokenOrder
 from domain.consumers import Consumer
+from domain.fairness import DEFAULT_OUTPUT_TOKEN_WEIGHT
 
 K = TypeVar("K")
 
@@ -32,15 +35,20 @@ def _decrement(counts: dict[K, int], key: K) -> None:
 
 class WaitQueue:
     """Queued tickets with their deadlines, the slots each asks for and the consumer that
-    sent it, in the dispatch order of `fairness` (`fifo` or `fair`)."""
+    sent it, in the dispatch order of `fairness` (`fifo`, `fair` or `tokens`)."""
 
-    __slots__ = ("_by_consumer", "_by_priority", "_order", "_want", "_who", "deadlines", "newcomers_overtake")
+    __slots__ = ("_by_consumer", "_by_priority", "_order", "_want", "_who", "deadlines", "newcomers_overtake", "tokens")
 
-    def __init__(self, fairness: str, min_capacity: int = 64) -> None:
+    def __init__(
+        self, fairness: str, min_capacity: int = 64, output_token_weight: float = DEFAULT_OUTPUT_TOKEN_WEIGHT,
+    ) -> None:
         # ticket -> deadline, oldest first; read only outside this class (its truth and
         # length are the queue's, at C speed on the ledger's hot paths)
         self.deadlines: OrderedDict[int, float] = OrderedDict()
-        self._order = FairOrder() if fairness == FAIR else FifoOrder(min_capacity)
+        # the consumers' token service under `tokens` (None otherwise): charged through it
+        self.tokens = TokenOrder(output_token_weight) if fairness == TOKENS else None
+        self._order: FifoOrder | FairOrder | TokenOrder = (
+            FairOrder() if fairness == FAIR else FifoOrder(min_capacity) if self.tokens is None else self.tokens)
         # True when a newcomer can be placed ahead of the head (see `FairOrder`)
         self.newcomers_overtake = self._order.newcomers_overtake
         self._want: dict[int, int] = {}  # ticket -> slots it asks for (only k > 1)

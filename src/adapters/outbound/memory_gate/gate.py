@@ -40,7 +40,7 @@ class InMemoryAdmissionGate(LedgerCore):
     ) -> MemoryLease | MemoryTicket:
         """A lease, or a queue ticket; KeyError for an upstream not configured.
 
-        `consumer` places the ticket under `fairness = "fair"` and counts toward
+        `consumer` places the ticket under `fairness = "fair"` or `"tokens"` and counts toward
         `max_queued_per_consumer`; `fifo` orders by arrival whoever it is. `slots` (k):
         the sequence slots the request takes; `TooManySequences` when k is above the cap
         (or one replica's limit): it could never be admitted. `prefer`/`max_extra`: affinity
@@ -70,6 +70,18 @@ class InMemoryAdmissionGate(LedgerCore):
         if outcome is Outcome.REJECTED:
             raise QueueFull(decision.retry_after)
         raise Draining(decision.retry_after)  # closed by `drain`; the ledger counted it
+
+    def metered(self, upstream: str) -> bool:
+        """True for an upstream under `fairness = "tokens"`; KeyError for one not configured."""
+        ledger = self._ups[upstream].ledger
+        return ledger is not None and ledger.tokens is not None
+
+    def charge(self, upstream: str, consumer: Consumer, input_tokens: float, output_tokens: float) -> None:
+        """Add to `consumer`'s token service on `upstream` (ignored unless it is `metered`). No
+        dispatch follows: a charge frees no slot, it only orders the next ones."""
+        ledger = self._ups[upstream].ledger
+        if ledger is not None and ledger.tokens is not None:
+            ledger.tokens.charge(consumer.name, consumer.weight, input_tokens, output_tokens)
 
     async def start(self) -> None:
         """Nothing to connect: the ledger lives in this process."""

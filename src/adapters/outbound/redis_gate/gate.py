@@ -122,6 +122,14 @@ class RedisAdmissionGate(LedgerCore):
             queued_by_priority=up.queued_by_priority(),
         )
 
+    def metered(self, upstream: str) -> bool:
+        """False: `fairness = "tokens"` is refused on this backend (`LedgerCore`), so no upstream
+        here orders by token service."""
+        return False
+
+    def charge(self, upstream: str, consumer: Consumer, input_tokens: float, output_tokens: float) -> None:
+        """Ignored: no upstream here is `metered`."""
+
     def upstreams(self) -> list[str]:
         return list(self._ups)
 

@@ -26,7 +26,7 @@ from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect, run_scripts
 from adapters.outbound.redis_gate.upstream import Upstream
-from domain.admission.policy import AdmissionPolicy
+from domain.admission.policy import TOKENS, AdmissionPolicy
 from ports.clock import Clock
 
 log = logging.getLogger("gateway.admission.redis")
@@ -78,6 +78,9 @@ class LedgerCore:
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        tokens = sorted(key for key, policy in policies.items() if policy is not None and policy.fairness == TOKENS)
+        if tokens:  # the token service is kept in one process's memory only, so far
+            raise ValueError(f'fairness = "tokens" is not yet supported with the Redis ledger: {", ".join(tokens)}')
         limits = dict(replica_limits or {})
         unknown = sorted(set(limits) - set(policies))
         if unknown:

@@ -1,0 +1,137 @@
+"""Dispatch order of one upstream's queue under `fairness = "tokens"` (pure).
+
+The Virtual Token Counter (Sheng et al., "Fairness in Serving Large Language Models", OSDI
+2024). Each consumer has a *service* counter on the upstream: the tokens it was served,
+`input + output_token_weight x output` (`domain.fairness.weighted_tokens`), divided by its
+`weight`. The caller charges it (`charge`): the prompt's estimate when a request is admitted,
+its output as it is generated, and at the end the upstream's usage corrects both. A free slot
+takes, from the highest priority band with someone waiting (bands stay strict), the oldest
+ticket of the waiting consumer with the least service (ties: the consumer whose oldest ticket
+is older). So a consumer asking for long answers is dispatched less often than one asking for
+short ones, until their services even out.
+
+The lift: a consumer that starts waiting in a band where it had nothing queued (it was idle)
+has its service raised to the least service among the band's waiting consumers (nobody waits:
+the service of the consumer last dispatched from the band), never lowered. History then
+neither blocks it (a long-idle consumer's low count would let it take every slot until it
+caught up) nor favours the others.
+
+Counters live as long as the order (one per consumer of the keys file: bounded) and are
+floats: corrections may be negative (the prompt estimate leans high). `rank` is an estimate:
+future charges decide the real order; it counts the higher bands' tickets and, within the
+band, a round robin over the waiting consumers in their present order.
+"""
+
+from __future__ import annotations
+
+from domain.fairness import DEFAULT_OUTPUT_TOKEN_WEIGHT, Use, weighted_tokens
+
+
+class TokenOrder:
+    """Queued tickets by band, consumer and arrival, and each consumer's service: push,
+    remove and rank in O(c + its own queue), peek and pop in O(c), c = the band's waiting
+    consumers (few: they come from the keys file). Same interface as `FifoOrder` and
+    `FairOrder`, plus `charge` and `service`."""
+
+    __slots__ = ("_bands", "_floor", "_output_weight", "_service", "_where")
+    # a newcomer from a consumer with less service is placed ahead of tickets already queued
+    newcomers_overtake = True
+
+    def __init__(self, output_token_weight: float = DEFAULT_OUTPUT_TOKEN_WEIGHT) -> None:
+        self._output_weight = output_token_weight
+        self._service: dict[str, float] = {}  # consumer -> weighted tokens served / its weight
+        # priority -> consumer -> its queued tickets, oldest first (only non-empty ones)
+        self._bands: dict[int, dict[str, dict[int, None]]] = {}
+        self._where: dict[int, tuple[int, str]] = {}  # ticket -> (priority, consumer)
+        self._floor: dict[int, float] = {}  # priority -> service of the consumer last dispatched
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def service(self, consumer: str) -> float:
+        """The consumer's service so far (0 for one never charged)."""
+        return self._service.get(consumer, 0.0)
+
+    def charge(self, consumer: str, weight: int, input_tokens: float, output_tokens: float) -> None:
+        """Add tokens served to `consumer` (negative: a correction), weighted by
+        `output_token_weight` and divided by its `weight` (below 1 counts as 1)."""
+        tokens = weighted_tokens(Use(input_tokens=input_tokens, output_tokens=output_tokens), self._output_weight)
+        self._service[consumer] = self._service.get(consumer, 0.0) + tokens / max(1, weight)
+
+    def push(self, ticket: int, consumer: str, priority: int, weight: int) -> None:
+        """Queue `ticket` (newer than every ticket queued so far); lift its consumer if it was idle."""
+        band = self._bands.setdefault(priority, {})
+        mine = band.get(consumer)
+        if mine is None:
+            service = self._service
+            floor = min((service.get(c, 0.0) for c in band), default=self._floor.get(priority, 0.0))
+            if service.get(consumer, 0.0) < floor:
+                service[consumer] = floor
+            mine = band[consumer] = {}
+        mine[ticket] = None
+        self._where[ticket] = (priority, consumer)
+
+    def remove(self, ticket: int) -> bool:
+        """Take a ticket out without dispatching it (no service changes)."""
+        where = self._where.pop(ticket, None)
+        if where is None:
+            return False
+        priority, consumer = where
+        band = self._bands[priority]
+        mine = band[consumer]
+        del mine[ticket]
+        if not mine:
+            del band[consumer]
+            if not band:
+                del self._bands[priority]
+        return True
+
+    def peek(self) -> int:
+        """The ticket `pop` would dispatch (the queue must not be empty)."""
+        return next(iter(self._next()[1]))
+
+    def pop(self) -> int:
+        """Dispatch the least-served waiting consumer's oldest ticket in the highest band."""
+        (priority, consumer), tickets = self._next()
+        ticket = next(iter(tickets))
+        self._floor[priority] = self._service.get(consumer, 0.0)
+        self.remove(ticket)
+        return ticket
+
+    def rank(self, ticket: int) -> int:
+        """1 + an estimate of the tickets dispatched before `ticket` (module doc); 0 when not queued."""
+        where = self._where.get(ticket)
+        if where is None:
+            return 0
+        priority, consumer = where
+        bands = self._bands
+        ahead = sum(len(t) for p, band in bands.items() if p > priority for t in band.values())
+        band = bands[priority]
+        mine = band[consumer]
+        place = 0
+        for t in mine:
+            if t == ticket:
+                break
+            place += 1
+        key = self._key(consumer, mine)
+        for other, theirs in band.items():
+            if other != consumer:  # a round robin: up to place + 1 of those served first, place of the others
+                ahead += min(len(theirs), place + 1 if self._key(other, theirs) < key else place)
+        return ahead + place + 1
+
+    def clear(self) -> None:
+        """Forget the queued tickets (draining); the services stay."""
+        self._bands.clear()
+        self._where.clear()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _key(self, consumer: str, tickets: dict[int, None]) -> tuple[float, int]:
+        return self._service.get(consumer, 0.0), next(iter(tickets))
+
+    def _next(self) -> tuple[tuple[int, str], dict[int, None]]:
+        """((priority, consumer), its tickets) of the next dispatch."""
+        priority = max(self._bands)
+        band = self._bands[priority]
+        consumer = min(band, key=lambda c: self._key(c, band[c]))
+        return (priority, consumer), band[consumer]
