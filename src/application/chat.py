@@ -20,6 +20,7 @@ from application.consumer_limits import ConsumerLimits, Door
 from application.reasoning import ReasoningBudgets
 from application.replica_care import ReplicaCare
 from application.resume import Continuation, Opener, Resumes
+from application.service_charge import ServiceCharges
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
 from domain.consumers import ANONYMOUS, Consumer
@@ -43,7 +44,9 @@ class ChatService:
     back and aborts the upstream call.
     """
 
-    __slots__ = ("_affinity", "_budgets", "_care", "_consumers", "_resumes", "_router", "_slots", "_upstreams")
+    __slots__ = (
+        "_affinity", "_budgets", "_care", "_charges", "_consumers", "_resumes", "_router", "_slots", "_upstreams",
+    )
 
     def __init__(
         self,
@@ -64,6 +67,7 @@ class ChatService:
         self._consumers = consumers or ConsumerLimits()
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer, queue_update_interval)
+        self._charges = ServiceCharges(gate, clock)  # token service, on `fairness = "tokens"` upstreams
         self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
         # Thinking budgets only where served (`[upstreams.NAME] reasoning`); without it: every one "auto".
         self._budgets = budgets or ReasoningBudgets({}, clock)
@@ -93,6 +97,9 @@ class ChatService:
             lease, since = await self._slots.admit_quietly(upstream, record, consumer, sequences(request),
                                                            wish.prefer, wish.max_extra)
             turn.reached_upstream = True
+            charged = self._charges.meter(turn.meter, request, upstream, consumer)  # None: not metered
+            if charged is not None:
+                turn.meter = charged
             try:
                 client = self._upstreams[upstream]
                 resumes = self._resumes
@@ -112,14 +119,16 @@ class ChatService:
                     response = await self._care.call(upstream, lease, record, call)
                     if wish.chain:  # where it was served (after a retry, too)
                         await affinity.granted(upstream, wish, lease)
+                usage = response.usage
+                if usage.input_tokens or usage.output_tokens:
+                    turn.meter.reported = usage
+                else:  # an upstream that reports no usage: charged (and reported) by estimate, never 0
+                    turn.meter.feed_answer(response.content)
+                    response = msgspec.structs.replace(response, usage=turn.used())
             finally:
+                if charged is not None:  # before the release: the next dispatch sees it
+                    charged.settle()
                 await self._slots.release(lease, record, since)
-            usage = response.usage
-            if usage.input_tokens or usage.output_tokens:
-                turn.meter.reported = usage
-            else:  # an upstream that reports no usage: charged (and reported) by estimate, never 0
-                turn.meter.feed_answer(response.content)
-                response = msgspec.structs.replace(response, usage=turn.used())
             return response
 
     async def stream(
@@ -173,6 +182,9 @@ class ChatService:
                 since = slots.admitted(span, started, record, None, "admitted")
             # Only a shared ledger can lose a lease (fencing); no look per read at one that cannot.
             lost = lease.lost if lease.losable else None
+            charged = self._charges.meter(turn.meter, request, upstream, consumer)  # None: not metered
+            if charged is not None:
+                turn.meter = charged
             meter = turn.meter
             turn.reached_upstream = True
             try:
@@ -205,6 +217,8 @@ class ChatService:
                             meter.feed_batch(batch)
                             yield batch
             finally:
+                if charged is not None:  # before the release: the next dispatch sees it
+                    charged.settle()
                 await slots.release(lease, record, since)
             if meter.reported is None:
                 yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]

@@ -19,6 +19,7 @@ from application.collected import completion_of
 from application.consumer_limits import ConsumerLimits
 from application.replica_care import ReplicaCare
 from application.resume import Continuation, Opener, Resumes
+from application.service_charge import ServiceCharges
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChunkBatch, StreamChunk, TextPart, UsageReport
 from domain.completions import Completion, CompletionRequest, EmbeddingRequest, Embeddings
@@ -37,7 +38,7 @@ from ports.upstream import CompletionClient, EmbeddingClient
 class CompletionService:
     """Serves text completions (plain and streamed)."""
 
-    __slots__ = ("_affinity", "_care", "_consumers", "_resumes", "_router", "_slots", "_upstreams")
+    __slots__ = ("_affinity", "_care", "_charges", "_consumers", "_resumes", "_router", "_slots", "_upstreams")
 
     def __init__(self, router: ModelRouter, upstreams: Mapping[str, CompletionClient], gate: AdmissionGate,
                  clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None,
@@ -47,6 +48,7 @@ class CompletionService:
         self._affinity = affinity or Affinity()
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer)
+        self._charges = ServiceCharges(gate, clock)  # token service, on `fairness = "tokens"` upstreams
         self._consumers = consumers or ConsumerLimits()
         self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
         self._resumes = resumes or Resumes()  # without it: no upstream resumes a broken stream
@@ -61,6 +63,9 @@ class CompletionService:
             lease, since = await self._slots.admit_quietly(upstream, record, consumer, sequences(request),
                                                            wish.prefer, wish.max_extra)
             turn.reached_upstream = True
+            charged = self._charges.meter(turn.meter, request, upstream, consumer)  # None: not metered
+            if charged is not None:
+                turn.meter = charged
             try:
                 client = self._upstreams[upstream]
                 resumes = self._resumes
@@ -77,13 +82,15 @@ class CompletionService:
                     answer = await self._care.call(upstream, lease, record, call)
                     if wish.chain:  # where it was served (after a retry, too)
                         await affinity.granted(upstream, wish, lease)
+                if answer.usage.input_tokens or answer.usage.output_tokens:
+                    turn.meter.reported = answer.usage
+                else:  # an upstream that reports no usage: charged (and reported) by estimate, never 0
+                    turn.meter.feed_answer([TextPart(text=answer.text)])
+                    answer = msgspec.structs.replace(answer, usage=turn.used())
             finally:
+                if charged is not None:  # before the release: the next dispatch sees it
+                    charged.settle()
                 await self._slots.release(lease, record, since)
-            if answer.usage.input_tokens or answer.usage.output_tokens:
-                turn.meter.reported = answer.usage
-            else:  # an upstream that reports no usage: charged (and reported) by estimate, never 0
-                turn.meter.feed_answer([TextPart(text=answer.text)])
-                answer = msgspec.structs.replace(answer, usage=turn.used())
             return answer
 
     async def stream(self, request: CompletionRequest, record: RequestRecord | None = None,
@@ -97,6 +104,9 @@ class CompletionService:
             wish = await affinity.wish(upstream, request, consumer) if affinity.wanted(upstream) else NO_WISH
             lease, since = await self._slots.admit_quietly(upstream, record, consumer, sequences(request),
                                                            wish.prefer, wish.max_extra)
+            charged = self._charges.meter(turn.meter, request, upstream, consumer)  # None: not metered
+            if charged is not None:
+                turn.meter = charged
             lost, meter = lease.lost if lease.losable else None, turn.meter  # see ChatService.stream
             turn.reached_upstream = True
             try:
@@ -126,6 +136,8 @@ class CompletionService:
                             meter.feed_batch(batch)
                             yield batch
             finally:
+                if charged is not None:  # before the release: the next dispatch sees it
+                    charged.settle()
                 await self._slots.release(lease, record, since)
             if meter.reported is None:
                 yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
@@ -146,7 +158,7 @@ def _continuation(client: CompletionClient, request: CompletionRequest, trail: T
 class EmbeddingService:
     """Serves embeddings; the inputs' tokens count for the consumer's limits."""
 
-    __slots__ = ("_care", "_consumers", "_router", "_slots", "_upstreams")
+    __slots__ = ("_care", "_charges", "_consumers", "_router", "_slots", "_upstreams")
 
     def __init__(self, router: ModelRouter, upstreams: Mapping[str, EmbeddingClient], gate: AdmissionGate,
                  clock: Clock, tracer: Tracer | None = None, consumers: ConsumerLimits | None = None,
@@ -154,6 +166,7 @@ class EmbeddingService:
         self._router = router
         self._upstreams = upstreams
         self._slots = Slots(gate, clock, tracer)
+        self._charges = ServiceCharges(gate, clock)  # token service, on `fairness = "tokens"` upstreams
         self._consumers = consumers or ConsumerLimits()
         self._care = care or ReplicaCare(gate, clock)  # without it: the safe retry, no ejection
 
@@ -163,13 +176,18 @@ class EmbeddingService:
         async with self._consumers.turn(consumer, request, record) as turn:
             lease, since = await self._slots.admit_quietly(upstream, record, consumer, sequences(request))
             turn.reached_upstream = True
+            charged = self._charges.meter(turn.meter, request, upstream, consumer)  # None: not metered
+            if charged is not None:
+                turn.meter = charged
             try:
                 call = functools.partial(self._upstreams[upstream].embed, request)
                 answer = await self._care.call(upstream, lease, record, call)
+                if answer.usage.input_tokens:
+                    turn.meter.reported = answer.usage
+                else:
+                    answer = msgspec.structs.replace(answer, usage=turn.used())
             finally:
+                if charged is not None:  # before the release: the next dispatch sees it
+                    charged.settle()
                 await self._slots.release(lease, record, since)
-            if answer.usage.input_tokens:
-                turn.meter.reported = answer.usage
-            else:
-                answer = msgspec.structs.replace(answer, usage=turn.used())
             return answer
