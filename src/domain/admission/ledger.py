@@ -186,6 +186,8 @@ class SlotLedger:
             if waiting:
                 self._promote(now)  # a head that lapsed may have let the next ones in
         if not waiting and self._admit(ticket, slots, now, prefer, max_extra):
+            if self.tokens is not None:  # who a newcomer to an empty band is lifted to
+                self.tokens.admitted(consumer.name, consumer.priority)
             return Decision(Outcome.ADMITTED, ticket)
         share = policy.max_queued_per_consumer
         if len(waiting) >= policy.queue_depth or (share is not None and queue.queued_of(consumer.name) >= share):
@@ -261,15 +263,9 @@ class SlotLedger:
         return retry_after(self._service, n, self.policy.max_in_flight)
 
     def counters(self) -> dict[str, int]:
-        return {
-            "admitted": self.admitted,
-            "queued": self.queued_total,
-            "rejected_full": self.rejected_full,
-            "rejected_draining": self.rejected_draining,
-            "timed_out": self.timed_out,
-            "abandoned": self.abandoned,
-            "drained": self.drained,
-        }
+        return {"admitted": self.admitted, "queued": self.queued_total, "rejected_full": self.rejected_full,
+                "rejected_draining": self.rejected_draining, "timed_out": self.timed_out,
+                "abandoned": self.abandoned, "drained": self.drained}
 
     # -- internals ---------------------------------------------------------------------
 

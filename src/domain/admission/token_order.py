@@ -12,9 +12,11 @@ short ones, until their services even out.
 
 The lift: a consumer that starts waiting in a band where it had nothing queued (it was idle)
 has its service raised to the least service among the band's waiting consumers (nobody waits:
-the service of the consumer last dispatched from the band), never lowered. History then
-neither blocks it (a long-idle consumer's low count would let it take every slot until it
-caught up) nor favours the others.
+to the service now of the consumer last admitted in the band, from the queue or at once),
+never lowered. A long-idle consumer's low count then does not let it take every slot until it
+caught up, and the others' use while it was away does not count against them; what it keeps
+is only an excess over the others it built up since it last waited (it was served while they
+waited), which is what stops a consumer from shedding its count by pausing.
 
 Counters live as long as the order (one per consumer of the keys file: bounded) and are
 floats: corrections may be negative (the prompt estimate leans high). `rank` is an estimate:
@@ -33,7 +35,7 @@ class TokenOrder:
     consumers (few: they come from the keys file). Same interface as `FifoOrder` and
     `FairOrder`, plus `charge` and `service`."""
 
-    __slots__ = ("_bands", "_floor", "_output_weight", "_service", "_where")
+    __slots__ = ("_bands", "_last", "_output_weight", "_service", "_where")
     # a newcomer from a consumer with less service is placed ahead of tickets already queued
     newcomers_overtake = True
 
@@ -43,7 +45,7 @@ class TokenOrder:
         # priority -> consumer -> its queued tickets, oldest first (only non-empty ones)
         self._bands: dict[int, dict[str, dict[int, None]]] = {}
         self._where: dict[int, tuple[int, str]] = {}  # ticket -> (priority, consumer)
-        self._floor: dict[int, float] = {}  # priority -> service of the consumer last dispatched
+        self._last: dict[int, str] = {}  # priority -> the consumer last admitted in the band
 
     def __len__(self) -> int:
         return len(self._where)
@@ -58,13 +60,18 @@ class TokenOrder:
         tokens = weighted_tokens(Use(input_tokens=input_tokens, output_tokens=output_tokens), self._output_weight)
         self._service[consumer] = self._service.get(consumer, 0.0) + tokens / max(1, weight)
 
+    def admitted(self, consumer: str, priority: int) -> None:
+        """A request of `consumer` was admitted without queueing (nobody waited)."""
+        self._last[priority] = consumer
+
     def push(self, ticket: int, consumer: str, priority: int, weight: int) -> None:
         """Queue `ticket` (newer than every ticket queued so far); lift its consumer if it was idle."""
         band = self._bands.setdefault(priority, {})
         mine = band.get(consumer)
         if mine is None:
             service = self._service
-            floor = min((service.get(c, 0.0) for c in band), default=self._floor.get(priority, 0.0))
+            last = self._last.get(priority)
+            floor = min((service.get(c, 0.0) for c in band), default=0.0 if last is None else service.get(last, 0.0))
             if service.get(consumer, 0.0) < floor:
                 service[consumer] = floor
             mine = band[consumer] = {}
@@ -94,7 +101,7 @@ class TokenOrder:
         """Dispatch the least-served waiting consumer's oldest ticket in the highest band."""
         (priority, consumer), tickets = self._next()
         ticket = next(iter(tickets))
-        self._floor[priority] = self._service.get(consumer, 0.0)
+        self._last[priority] = consumer
         self.remove(ticket)
         return ticket
 

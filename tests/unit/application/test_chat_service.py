@@ -97,6 +97,12 @@ class FakeGate:
     def snapshot(self, upstream: str) -> GateSnapshot:
         return GateSnapshot(in_use=self.in_use, queued=len(self.tickets), limit=1, queue_limit=4)
 
+    def metered(self, upstream: str) -> bool:
+        return False  # no upstream here orders by token service
+
+    def charge(self, upstream: str, consumer: Consumer, input_tokens: float, output_tokens: float) -> None:
+        raise AssertionError("never charged: not metered")
+
     def upstreams(self) -> list[str]:
         return ["up"]
 

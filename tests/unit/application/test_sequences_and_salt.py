@@ -60,6 +60,12 @@ class SlotsGate:
     def snapshot(self, upstream: str) -> GateSnapshot:
         return GateSnapshot(in_use=self.in_use, queued=0, limit=8, queue_limit=8)
 
+    def metered(self, upstream: str) -> bool:
+        return False  # no upstream here orders by token service
+
+    def charge(self, upstream: str, consumer: Consumer, input_tokens: float, output_tokens: float) -> None:
+        raise AssertionError("never charged: not metered")
+
     def upstreams(self) -> list[str]:
         return ["up"]
 

@@ -27,6 +27,7 @@ from domain.canonical import (
     Usage,
     UsageReport,
 )
+from domain.consumers import Consumer
 from domain.errors import QueueFull, UpstreamError
 from domain.records import RequestRecord
 from domain.routing import ModelRouter
@@ -82,6 +83,12 @@ class FakeGate:
 
     def snapshot(self, upstream: str) -> GateSnapshot:
         return GateSnapshot(in_use=self.in_use, queued=0, limit=None, queue_limit=None)
+
+    def metered(self, upstream: str) -> bool:
+        return False  # no upstream here orders by token service
+
+    def charge(self, upstream: str, consumer: Consumer, input_tokens: float, output_tokens: float) -> None:
+        raise AssertionError("never charged: not metered")
 
     def upstreams(self) -> list[str]:
         return ["up"]
