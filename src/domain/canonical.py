@@ -147,7 +147,8 @@ class Usage(Struct, kw_only=True):
 
 
 class NativePayload(Struct, kw_only=True, gc=False):
-    """The upstream's own bytes, tagged with its wire format.
+    """The upstream's own bytes, tagged with its wire format, less the members its server
+    writes for the gateway alone (the outbound adapter cuts them: vLLM's token ids).
 
     An inbound dialect whose wire format is the same may relay these bytes untouched
     (no re-encoding, and fields the canonical model does not name survive); every other

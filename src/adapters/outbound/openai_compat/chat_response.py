@@ -1,8 +1,8 @@
 """A non-streaming vLLM chat-completions answer -> canonical `ChatResponse`.
 
-The answer's body is kept as its `native` payload (`NATIVE_FORMAT`), so an OpenAI-shaped
-surface can relay it byte for byte; a stream's payloads carry the same format
-(`stream_mapping.py`).
+The answer's body, less vLLM's token-id members (`token_ids.py`), is kept as its `native`
+payload (`NATIVE_FORMAT`), so an OpenAI-shaped surface can relay it byte for byte otherwise; a
+stream's payloads carry the same format (`stream_mapping.py`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from domain.canonical import ChatResponse, NativePayload, Part, StreamError, Tex
 from domain.errors import UpstreamError, UpstreamProtocolError
 
 from .finish_reasons import map_finish
+from .token_ids import without_token_ids
 from .wire import COMPLETION_DECODER
 
 NATIVE_FORMAT = "openai-chat"  # NativePayload.data: a chat answer, or one stream payload, as the server wrote it
+# (less vLLM's token-id members)
 
 
 def response_from_completion(raw: bytes) -> ChatResponse:
@@ -51,5 +53,5 @@ def response_from_completion(raw: bytes) -> ChatResponse:
         finish_reason=finish.reason,
         stop_sequence=finish.stop_sequence,
         usage=usage,
-        native=NativePayload(format=NATIVE_FORMAT, data=raw),
+        native=NativePayload(format=NATIVE_FORMAT, data=without_token_ids(raw, view)),
     )

@@ -1,9 +1,10 @@
 """vLLM text completions and embeddings -> canonical: answers, and a completion's stream.
 
-Like the chat mapping (`stream_mapping.py`): every chunk carries its upstream payload as
-`native` (format `openai-completion`), so an OpenAI-shaped surface relays it untouched
-(logprobs, `echo`ed prompts and all); only choice 0 produces canonical events, and a stream
-ends in a `Finish` or a `StreamError`, never silently.
+Like the chat mapping (`stream_mapping.py`): every chunk carries its upstream payload, less
+vLLM's token-id members (`token_ids.py`), as `native` (format `openai-completion`), so an
+OpenAI-shaped surface relays it untouched otherwise (logprobs, `echo`ed prompts and all); only
+choice 0 produces canonical events, and a stream ends in a `Finish` or a `StreamError`, never
+silently.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, Up
 from .finish_reasons import error_event, map_finish
 from .sse_decoder import blocks_of, payload_of
 from .stream_mapping import Phase
+from .token_ids import without_token_ids
 from .wire import EMBEDDINGS_DECODER, TEXT_DECODER, ErrorFields, UsageView
 
 COMPLETION_FORMAT = "openai-completion"
@@ -57,7 +59,7 @@ def completion_from_body(raw: bytes) -> Completion:
         raise UpstreamError(finish.message)
     return Completion(id=view.id, model=view.model, created=view.created, text=choice.text or "",
                       finish_reason=finish.reason, usage=_usage(view.usage),
-                      native=NativePayload(format=COMPLETION_FORMAT, data=raw))
+                      native=NativePayload(format=COMPLETION_FORMAT, data=without_token_ids(raw, view)))
 
 
 def embeddings_from_body(raw: bytes) -> Embeddings:
@@ -96,7 +98,7 @@ class TextStreamMapper:
             view = TEXT_DECODER.decode(payload)
         except msgspec.DecodeError as exc:
             return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
-        native = NativePayload(format=COMPLETION_FORMAT, data=payload)
+        native = NativePayload(format=COMPLETION_FORMAT, data=without_token_ids(payload, view))
         if view.is_error:
             status = view.error_code() or UpstreamError.status
             kind = UpstreamRejected.kind if status < 500 else UpstreamError.kind

@@ -1,24 +1,24 @@
 """vLLM chat-completions stream -> canonical chunks.
 
-`StreamMapper` is fed one SSE `data` payload at a time and knows where the stream
-is (`Phase`), so a stream can only end in one of two ways: a `Finish` was seen, or
-a `StreamError` is produced. A stream that stops early never looks like a success.
+`StreamMapper` is fed one SSE `data` payload at a time and knows where the stream is
+(`Phase`), so a stream can only end in one of two ways: a `Finish` was seen, or a
+`StreamError` is produced. A stream that stops early never looks like a success.
 
 Contract with consumers:
-- Every chunk decoded from an upstream payload carries it as
-  `native=NativePayload("openai-chat", payload)`, error payloads included, so an
-  OpenAI-shaped surface can relay frames byte for byte. `[DONE]` is consumed, not
+- Every chunk decoded from an upstream payload carries it, less vLLM's token-id members
+  (`token_ids.py`), as `native=NativePayload("openai-chat", payload)`, error payloads included,
+  so an OpenAI-shaped surface can relay frames byte for byte. `[DONE]` is consumed, not
   relayed: the iterator just ends and the surface writes its own terminator.
-- Errors the gateway detects itself (malformed JSON, missing finish, transport
-  failures reported through `fail`) carry `native=None`.
-- Only choice 0 produces canonical events; `native` keeps the other choices.
+- Errors the gateway detects itself (malformed JSON, missing finish, transport failures
+  reported through `fail`) carry `native=None`. Only choice 0 produces canonical events;
+  `native` keeps the other choices.
 
 Once a token payload's shape is learnt (`token_frames.py`), a payload of that shape is mapped
-by decoding its text alone. Reads usually hold whole events (`sse_decoder.whole_events`), under
-load many per read: `feed_events` maps every token event of the learnt shape (`data: ` and the
-same bytes) the same way without parsing the event, and puts a run of them in one chunk
-(`token_frames.run_chunk`). At a GPU's pace a read holds one token event: `token_read` maps it
-the same way without splitting the read.
+by decoding its text alone, and relayed as that text between the learnt bytes less those
+members (cut once, when learnt). Reads usually hold whole events (`sse_decoder.whole_events`),
+under load many per read: `feed_events` maps every token event of the learnt shape the same way
+without parsing the event, and puts a run of them in one chunk (`token_frames.run_chunk`). At
+a GPU's pace a read holds one token event: `token_read` maps it without splitting the read.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ from .chat_response import NATIVE_FORMAT
 from .finish_reasons import error_event, map_finish
 from .sse_decoder import payload_of
 from .token_frames import DATA, EVENT_END, NEXT_DATA, TOKEN_FRAMES_FORMAT, run_chunk, token_shape
+from .token_ids import cut_tail, without_token_ids
 from .tool_call_deltas import ToolCallDeltas
-from .wire import CHUNK_DECODER, NEXT_CHUNK_DECODER, STRING_DECODER, ChunkChoice
+from .wire import CHUNK_DECODER, NEXT_CHUNK_DECODER, STRING_DECODER, ChunkChoice, NextChunkView
 
 _DONE = b"[DONE]"
 _SHAPE_TRIES = 3  # token payloads a stream may learn its shape from (each costs a full decode)
@@ -66,8 +67,8 @@ _IDLE, _OPEN, _FINISHED, _ENDED_DONE, _FAILED = Phase.IDLE, Phase.OPEN, Phase.FI
 
 
 class StreamMapper:
-    __slots__ = ("_around", "_frame_head", "_head", "_message_id", "_read_around", "_read_tail", "_tail", "_tools",
-                 "_tries", "phase")  # fmt: skip
+    __slots__ = ("_around", "_frame_head", "_head", "_message_id", "_out", "_read_around", "_read_tail", "_relay",
+                 "_tail", "_tools", "_tries", "phase")  # fmt: skip
 
     def __init__(self) -> None:
         self.phase = _IDLE
@@ -80,6 +81,8 @@ class StreamMapper:
         self._around = 0  # len(_head) + len(_tail)
         self._read_tail = b""  # a one-token read's bytes after the text: _tail + the blank line
         self._read_around = 0  # len(_frame_head) + len(_read_tail)
+        self._out: bytes | None = None  # _tail without token-id members, if it had some (`token_ids.py`)
+        self._relay = (b"", b"", b"")  # what a run relays before, between and after its texts (`run_chunk`)
         self._tries = _SHAPE_TRIES
 
     @property
@@ -96,13 +99,16 @@ class StreamMapper:
             if head is not None:
                 # The text alone if the bytes around it are the learnt ones: both removed, one
                 # length tells (`startswith` and `endswith` parse their arguments the slow way).
-                raw = payload.removeprefix(head).removesuffix(self._tail)
+                body = payload.removesuffix(self._tail)
+                raw = body.removeprefix(head)
                 if len(raw) == len(payload) - self._around:
                     try:
                         text = STRING_DECODER.decode(raw)
                     except msgspec.DecodeError:
                         pass  # not one JSON string there: the full decode below decides
                     else:
+                        if self._out is not None:  # relayed without its token ids
+                            payload = body + self._out
                         return StreamChunk(events=[TextDelta(text=text)] if text else [],
                                            native=NativePayload(format=NATIVE_FORMAT, data=payload))
             try:
@@ -111,6 +117,7 @@ class StreamMapper:
                 return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
             if view.error is None and view.object != "error":
                 events: list[StreamEvent] = []
+                relayed = None  # the payload as relayed, once a shape is learnt from it
                 for choice in view.choices:
                     if choice.index == 0:
                         delta = choice.delta
@@ -119,13 +126,14 @@ class StreamMapper:
                             if delta.content:
                                 events.append(TextDelta(text=delta.content))
                             if self._tries:
-                                self._learn_shape(payload)
+                                relayed = self._learn_shape(payload, view)
                         else:
                             self._choice(choice, events)
                         break
                 if view.usage is not None:
                     self._usage(view.usage.usage(), events)
-                return StreamChunk(events=events, native=NativePayload(format=NATIVE_FORMAT, data=payload))
+                return StreamChunk(events=events, native=NativePayload(
+                    format=NATIVE_FORMAT, data=relayed or without_token_ids(payload, view)))
         elif phase is _ENDED_DONE or phase is _FAILED or not payload:
             return None
         if payload == _DONE:
@@ -137,7 +145,7 @@ class StreamMapper:
             full = CHUNK_DECODER.decode(payload)
         except msgspec.DecodeError as exc:
             return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
-        native = NativePayload(format=NATIVE_FORMAT, data=payload)
+        native = NativePayload(format=NATIVE_FORMAT, data=without_token_ids(payload, full))
         if full.is_error:
             status = full.error_code() or UpstreamError.status
             kind = UpstreamRejected.kind if status < 500 else UpstreamError.kind
@@ -168,13 +176,16 @@ class StreamMapper:
         head = self._frame_head
         if head is None:
             return None
-        raw = data.removeprefix(head).removesuffix(self._read_tail)  # see `feed`
+        body = data.removesuffix(self._read_tail)
+        raw = body.removeprefix(head)  # see `feed`
         if len(raw) != len(data) - self._read_around or 10 in raw:  # an LF: several events, no decode
             return None  # (`10 in` is a memchr; `b"\n" in` costs eight times as much)
         try:
             text = STRING_DECODER.decode(raw)
         except msgspec.DecodeError:
             return None
+        if self._out is not None:  # relayed without its token ids
+            data = body + self._relay[2]
         # `run_chunk` written out: a call less per token of a paced stream
         return [StreamChunk(events=[TextDelta(text=text)] if text else [],
                             native=NativePayload(format=TOKEN_FRAMES_FORMAT, data=data))]
@@ -193,9 +204,9 @@ class StreamMapper:
         head = self._head if self.phase is _OPEN else None
         tail, around = self._tail, self._around
         decode = STRING_DECODER.decode
-        run: list[str] | None = None  # the non-empty texts of the token events since parts[begun]
-        begun = 0
-        for at, part in enumerate(parts):
+        run: list[str] | None = None  # the non-empty texts of a run of token events
+        raws: list[bytes] = []  # the run's texts as JSON strings, every one
+        for part in parts:
             if head is not None:
                 raw = part.removeprefix(head).removesuffix(tail)  # see `feed`
                 if len(raw) == len(part) - around:
@@ -205,12 +216,13 @@ class StreamMapper:
                         pass
                     else:
                         if run is None:
-                            run, begun = [], at
+                            run, raws = [], []
+                        raws.append(raw)
                         if text:
                             run.append(text)
                         continue
             if run is not None:
-                batch.append(run_chunk(run, parts[begun:at]))
+                batch.append(run_chunk(run, raws, self._relay))
                 run = None
             if 10 in part:  # an LF (`10 in` is a memchr): lines or events after the `data: ` line
                 blocks = (DATA + part).split(EVENT_END)
@@ -227,21 +239,24 @@ class StreamMapper:
             head = self._head if self.phase is _OPEN else None
             tail, around = self._tail, self._around
         if run is not None:
-            batch.append(run_chunk(run, parts[begun:]))
+            batch.append(run_chunk(run, raws, self._relay))
         return batch
 
-    def _learn_shape(self, payload: bytes) -> None:
-        """Keep the bytes of a token payload around its text if they are proven to map any
-        JSON string put between them to choice 0's text alone (`token_frames.token_shape`)."""
+    def _learn_shape(self, payload: bytes, view: NextChunkView) -> bytes | None:
+        """Keep the bytes around a token payload's text (`token_frames.token_shape`) if its
+        token-id members, if any, can be cut from them; the payload as relayed if so."""
         self._tries -= 1
         shape = token_shape(payload)
-        if shape is None:
-            return
+        out = None if shape is None else cut_tail(shape[1], view)  # the tail as relayed
+        if shape is None or out is None:
+            return None
         head, tail = shape
+        self._out = None if out == tail else out
+        self._relay = (DATA + head, out + NEXT_DATA + head, out + EVENT_END)
         self._head, self._tail, self._around = head, tail, len(head) + len(tail)
-        self._frame_head = DATA + head
-        self._read_tail = tail + EVENT_END
+        self._frame_head, self._read_tail = DATA + head, tail + EVENT_END
         self._read_around = len(self._frame_head) + len(self._read_tail)
+        return payload if self._out is None else payload[: len(payload) - len(tail)] + out
 
     def _usage(self, usage: Usage, events: list[StreamEvent]) -> None:
         # An error stays the last event; usage still counts what was generated.

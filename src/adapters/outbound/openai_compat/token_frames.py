@@ -10,9 +10,10 @@ that differs elsewhere, a text that is not one valid JSON string) takes the full
 which words any error.
 
 A run of such token events in one read becomes one chunk (`run_chunk`) whose native payload
-is the run's frames as they came (`TOKEN_FRAMES_FORMAT`): an OpenAI-shaped surface relays
-them as one slice, the others read the run's non-empty texts (one `TextRun`, or a `TextDelta`
-for one text), the texts single payloads would give.
+is the run's frames (`TOKEN_FRAMES_FORMAT`), each text between the learnt bytes less vLLM's
+token-id members (`token_ids.cut_tail`): an OpenAI-shaped surface relays them as one slice,
+the others read the run's non-empty texts (one `TextRun`, or a `TextDelta` for one text), the
+texts single payloads would give.
 """
 
 from __future__ import annotations
@@ -68,11 +69,13 @@ def token_shape(payload: bytes) -> tuple[bytes, bytes] | None:
     return head, tail
 
 
-def run_chunk(texts: list[str], payloads: list[bytes]) -> StreamChunk:
+def run_chunk(texts: list[str], raws: list[bytes], relay: tuple[bytes, bytes, bytes]) -> StreamChunk:
     """A run of token events: their texts (one object for them all, not a `TextDelta` each: a
-    `TextDelta` for one, as `StreamMapper.token_read` gives), their frames as they came (each
-    token event is `data: `, its payload and a blank line: no other line, no CR)."""
-    frames = b"".join((DATA, NEXT_DATA.join(payloads), EVENT_END))
+    `TextDelta` for one, as `StreamMapper.token_read` gives), their frames as relayed (each
+    token event is `data: `, its payload and a blank line: no other line, no CR): every text
+    as it came (`raws`, JSON strings), `relay`'s bytes before the first, between two and
+    after the last."""
+    frames = b"".join((relay[0], relay[1].join(raws), relay[2]))
     if len(texts) > 1:
         events: list[StreamEvent] = [TextRun(texts=texts)]
     else:

@@ -2,7 +2,9 @@
 
 Only the fields the gateway acts on are declared; msgspec skips everything else
 without building it, which keeps the per-chunk cost of a stream low. Unknown or
-extra fields never fail a decode: relaying them is `NativePayload`'s job.
+extra fields never fail a decode: relaying them is `NativePayload`'s job. vLLM's
+token-id members are declared where it writes them, typed `Any` (any value decodes),
+UNSET when absent: the decode counts them for their cut (`token_ids.py`).
 Decoders are built once, here.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from msgspec import Struct
+from msgspec import UNSET, Struct
 
 from domain.canonical import Usage
 
@@ -112,6 +114,8 @@ class ChunkChoice(View):
     delta: Delta | None = None
     finish_reason: str | None = None
     stop_reason: str | int | None = None  # vLLM: matched stop string, or stop token id
+    token_ids: Any = UNSET
+    prompt_token_ids: Any = UNSET
 
 
 class ChunkView(ErrorFields):
@@ -122,6 +126,8 @@ class ChunkView(ErrorFields):
     created: int = 0
     choices: list[ChunkChoice] = []
     usage: UsageView | None = None
+    token_ids: Any = UNSET
+    prompt_token_ids: Any = UNSET
 
 
 class NextChunkView(View):
@@ -133,6 +139,8 @@ class NextChunkView(View):
     object: str | None = None
     choices: list[ChunkChoice] = []
     usage: UsageView | None = None
+    token_ids: Any = UNSET
+    prompt_token_ids: Any = UNSET
 
 
 # --- non-streaming ---------------------------------------------------------------
@@ -160,6 +168,8 @@ class Choice(View):
     message: MessageView = msgspec.field(default_factory=MessageView)
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+    token_ids: Any = UNSET
+    prompt_token_ids: Any = UNSET
 
 
 class CompletionView(ErrorFields):
@@ -168,6 +178,8 @@ class CompletionView(ErrorFields):
     created: int = 0
     choices: list[Choice] = []
     usage: UsageView | None = None
+    token_ids: Any = UNSET
+    prompt_token_ids: Any = UNSET
 
 
 class TokenizeView(View):
@@ -198,6 +210,8 @@ class TextChoice(View):
     text: str | None = None
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+    token_ids: Any = UNSET
+    prompt_token_ids: Any = UNSET
 
 
 class TextCompletionView(ErrorFields):
@@ -208,6 +222,8 @@ class TextCompletionView(ErrorFields):
     created: int = 0
     choices: list[TextChoice] = []
     usage: UsageView | None = None
+    token_ids: Any = UNSET
+    prompt_token_ids: Any = UNSET
 
 
 class EmbeddingItem(View):
