@@ -18,7 +18,7 @@ Pure (no I/O): ``stub.generate`` serves it (admission, pacing, faults, the `--lo
 - ``return_token_ids``: a stream's first chunk of each choice has ``prompt_token_ids``, every
   chunk ``token_ids`` (its piece's id; the stub's separate finish chunk ``[]``); a body's
   choices have both, the whole answer's ids. Without it both members are there as ``null``,
-  as vLLM writes them.
+  as vLLM writes them, but for a streamed `echo`: its first chunk has the prompt's ids, unasked.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def render(req: CompletionRequest, prompts: list[Prompt], answers: list[Completi
         first = i not in started
         started.add(i)
         choice = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish, "stop_reason": stop_reason,
-                  "prompt_token_ids": prompts[i // req.n].ids if ids and first else None,
+                  "prompt_token_ids": prompts[i // req.n].ids if (ids or req.echo) and first else None,
                   "token_ids": token if ids else None}  # fmt: skip
         return b"data: " + encode({**head, "choices": [choice]}) + b"\n\n"
 

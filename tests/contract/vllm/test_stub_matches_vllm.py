@@ -227,6 +227,15 @@ def test_stream_chunks_have_vllms_token_id_members(both: tuple[Proc, VllmServer]
         assert len(ids) == usage["completion_tokens"], who
 
 
+def test_a_streamed_echo_carries_the_prompts_ids_unasked(both: tuple[Proc, VllmServer]) -> None:
+    body = {"model": MODEL, "prompt": "shape of it", "max_tokens": 3, "echo": True, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    for who, server in zip(("stub", "vllm"), both, strict=True):
+        chunks = events(call(server.url, "/v1/completions", body)[1])
+        assert len(chunks[0]["choices"][0]["prompt_token_ids"]) == chunks[-2]["usage"]["prompt_tokens"], who
+        assert all(c["choices"][0]["prompt_token_ids"] is None for c in chunks[1:-2]), who
+
+
 @pytest.mark.parametrize(("path", "body"), [
     ("/v1/chat/completions", {**CHAT, "return_token_ids": True}),
     ("/v1/completions", {"model": MODEL, "prompt": PROMPT_IDS, "max_tokens": 5, "return_token_ids": True}),

@@ -78,6 +78,9 @@ class TextStreamMapper:
     """A streamed completion's `data` payloads -> canonical chunks (see `StreamMapper`)."""
 
     __slots__ = ("phase",)
+    # Its payloads go on to the client as `native`, cut of their token ids; a mapper that drops
+    # `native` (`trail_mapping.TrailTextMapper`) need not cut them.
+    relays = True
 
     def __init__(self) -> None:
         self.phase = Phase.IDLE
@@ -98,7 +101,8 @@ class TextStreamMapper:
             view = TEXT_DECODER.decode(payload)
         except msgspec.DecodeError as exc:
             return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
-        native = NativePayload(format=COMPLETION_FORMAT, data=without_token_ids(payload, view))
+        native = NativePayload(format=COMPLETION_FORMAT,
+                               data=without_token_ids(payload, view) if self.relays else payload)
         if view.is_error:
             status = view.error_code() or UpstreamError.status
             kind = UpstreamRejected.kind if status < 500 else UpstreamError.kind

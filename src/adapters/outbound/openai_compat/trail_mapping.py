@@ -174,6 +174,7 @@ class TrailTextMapper(TextStreamMapper):
     """`TextStreamMapper` for a text completion stream with token ids (see the module doc)."""
 
     __slots__ = ("trail",)
+    relays = False  # `native` is dropped: its token ids need no cut
 
     def __init__(self, trail: TokenTrail) -> None:
         super().__init__()
