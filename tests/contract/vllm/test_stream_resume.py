@@ -29,7 +29,7 @@ from tests.support.processes import Proc, Processes, upstream_toml
 from tests.support.real_vllm import MAX_NUM_SEQS, MODEL, Fleet, GaugeWatch, VllmServer
 from tests.support.replicas import endpoints_toml
 
-TOKENS = 600  # long enough to be killed mid-answer on a CPU
+TOKENS = 1800  # long enough to be killed mid-answer even when the CPU is quiet (prompts are ~20 tokens of 2048)
 PROMPT = "tell me a long story about the queue, the slot and the cache"
 USER = "resume-test"  # one affinity key: every request prefers the replica of the first
 SAMPLING = {"temperature": 0}
@@ -172,9 +172,9 @@ def test_answers_broken_by_a_killed_replica_are_the_uninterrupted_ones(
         for run in runs:
             run.thread.start()
         deadline = time.monotonic() + 120
-        # Every stream well under way, and every answer generating on the victim (a plain one shows
-        # no progress of its own: the victim's own gauge says it runs).
-        while min(run.progress for run in runs) < 20 or victim.gauges().get("running", 0) < len(runs):
+        # Every stream well under way (a plain answer shows no progress of its own: it started
+        # with them, and one the kill finds not yet sent is retried whole on the survivor).
+        while min(run.progress for run in runs) < 20:
             assert time.monotonic() < deadline, {run.name: run.progress for run in runs}
             assert all(run.error is None for run in runs), [run.error for run in runs]
             time.sleep(0.01)
@@ -187,10 +187,13 @@ def test_answers_broken_by_a_killed_replica_are_the_uninterrupted_ones(
     assert watch.peak("running") + watch.peak("waiting") <= MAX_NUM_SEQS  # never over its slots
 
     entries = access_log(gw)[len(reference):]
-    assert len(entries) == len(runs) and {e["resumed"] for e in entries} == {1}, entries
+    assert len(entries) == len(runs), entries
+    streamed = [e for e in entries if e["stream"]]
+    assert streamed and {e["resumed"] for e in streamed} == {1}, entries  # each stream was broken mid-answer
+    assert {e["resumed"] for e in entries} <= {0, 1}, entries
     assert {e["endpoint"] for e in entries} == {survivor.url.removeprefix("http://")}
     page = samples(httpx.get(gw.ops_url + "/metrics", timeout=5).text)
     resumed = {labels["outcome"]: value for name, labels, value in page if name == "gateway_stream_resumes_total"}
-    assert resumed == {"resumed": len(runs), "not_resumable": 0, "failed": 0}
+    assert resumed == {"resumed": sum(e["resumed"] for e in entries), "not_resumable": 0, "failed": 0}
     held = [value for name, _, value in page if name in ("gateway_endpoint_in_flight", "gateway_upstream_slots_in_use")]
     assert held and not any(held)  # every slot came back
