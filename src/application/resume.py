@@ -9,7 +9,10 @@ asked of it as a continuation (`UpstreamClient.open_continuation`): the client s
 unbroken stream. Where no other replica has room, the lease stays and the continuation is asked
 of the replica that broke: it answers if only the connection broke, and if it is gone the call
 fails at once and the resume looks for room again, for up to `wait` seconds (streams broken on
-every replica at once must not wait for each other's slots). At most `max_resumes` times per
+every replica at once must not wait for each other's slots). A stream that breaks before its
+first payload (a server sends its head at once and its first chunk, with the prompt's ids, only
+once the prompt is read) has given nobody anything: the request itself is sent again, as a
+continuation of nothing. At most `max_resumes` times per
 request; then, or when the request cannot be resumed, the error ends the stream as it would
 have without resumes; a resume that finds no replica in time ends it with the last error.
 
@@ -82,6 +85,8 @@ class Resumes:
         while the first stream opens are raised; once the client has its answer's head, a
         failure is a `StreamError` chunk."""
         first = True
+        whole = opener  # the request itself: sent again when it broke before its first payload
+        relayed = False  # a batch with chunks was passed on
         loop = asyncio.get_running_loop()
         until: float | None = None  # while a continuation is being opened: when to give up
         while True:
@@ -96,12 +101,13 @@ class Resumes:
                         self._count(upstream, RESUMED)
                     async for batch in batches:
                         if batch and _broken(batch, trail):
-                            if self._may_resume(upstream, trail):
+                            if self._may_resume(upstream, trail, not relayed and len(batch) == 1):
                                 held = True
                                 if len(batch) > 1:
                                     yield batch[:-1]
                                 break
                             self._count(upstream, NOT_RESUMABLE)
+                        relayed = relayed or bool(batch)
                         yield batch
             except GatewayError as error:
                 if first:
@@ -119,19 +125,22 @@ class Resumes:
             broken_at = lease.replica
             await _place(lease)
             trail.restart()
-            following = continuation(broken_at)
+            following = whole if trail.prompt is None else continuation(broken_at)
             if following is None:  # it broke after its last token: only the finish was lost
                 self._count(upstream, RESUMED)
                 yield [_finished(trail)]
                 return
             if record is not None:
                 record.resumed += 1
-                record.resumed_tokens += len(trail.continuation_prompt())
+                record.resumed_tokens += 0 if trail.prompt is None else len(trail.continuation_prompt())
             first, until, opener = False, loop.time() + self._wait, following
 
-    def _may_resume(self, upstream: str, trail: TokenTrail | None) -> bool:
-        return (trail is not None and trail.broken is not None and trail.resumable_now()
-                and trail.resumes < self._limits.get(upstream, 0))  # fmt: skip
+    def _may_resume(self, upstream: str, trail: TokenTrail | None, untouched: bool) -> bool:
+        """A break another replica can mend, with resumes left: the trail allows a continuation,
+        or the answer broke before its first payload (`untouched`: nothing was relayed of it)."""
+        if trail is None or trail.broken is None or trail.resumes >= self._limits.get(upstream, 0):
+            return False
+        return trail.resumable_now() or (untouched and trail.prompt is None and not trail.generated)
 
 
 async def _place(lease: SlotLease) -> None:

@@ -49,9 +49,11 @@ class Replicas:
     """The answer is WORDS, token i has id 100 + i. `dies`: replica -> tokens it sends before its
     connection breaks (each time it is called)."""
 
-    def __init__(self, dies: dict[str, int] | None = None, slow: float = 0.0, gone: set[str] | None = None) -> None:
+    def __init__(self, dies: dict[str, int] | None = None, slow: float = 0.0, gone: set[str] | None = None,
+                 mute: set[str] | None = None) -> None:
         self.dies = dies or {}
         self.gone = gone or set()  # replicas that refuse every connection after their first stream
+        self.mute = mute or set()  # replicas whose streams break after the head, before the first payload
         self.calls: list[tuple[str, str | None, list[int]]] = []  # (kind, replica, prompt sent)
         self.slow = slow
 
@@ -77,6 +79,15 @@ class Replicas:
     async def open_stream(self, request: ChatRequest, replica: str | None = None, heartbeat: float | None = None,
                           trail: TokenTrail | None = None) -> AsyncIterator[AsyncIterator[ChunkBatch]]:
         self.calls.append(("chat", replica, []))
+        if replica in self.mute:
+            if trail is not None:
+                trail.broken = "connection failed mid-answer"
+
+            async def nothing() -> AsyncIterator[ChunkBatch]:
+                yield [StreamChunk(events=[StreamError(kind="upstream-error", message="broke", status=502)])]
+
+            yield nothing()
+            return
         if trail is not None:
             trail.prompt = list(PROMPT)
 
@@ -166,6 +177,36 @@ async def test_a_plain_request_broken_mid_answer_is_answered_whole() -> None:
     assert answer.content == [TextPart(text="".join(WORDS))]
     assert answer.finish_reason == "end_turn"
     assert rec.resumed == 1 and outcomes == [("up", "resumed")]
+    assert gate.snapshot("up").in_use == 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_break_before_the_first_payload_sends_the_request_itself_again(stream: bool) -> None:
+    # A server sends its head at once and its first chunk (with the prompt's ids) once the prompt
+    # is read: killed in between, nothing of the answer was relayed, and no ids are known.
+    client = Replicas(mute={A})
+    service, gate, outcomes = setup(client)
+    rec = record()
+    if stream:
+        events = await events_of(service, rec=rec)
+        assert text_of(events) == "".join(WORDS) and not broke(events)
+        assert sum(isinstance(e, MessageStart) for e in events) == 1
+    else:
+        answer = await service.complete(REQUEST, record=rec)
+        assert answer.content == [TextPart(text="".join(WORDS))]
+    assert client.calls == [("chat", A, []), ("chat", B, [])]
+    assert (rec.resumed, rec.resumed_tokens, rec.endpoint) == (1, 0, "10.0.0.2:8080")
+    assert outcomes == [("up", "resumed")]
+    assert gate.snapshot("up").in_use == 0
+
+
+async def test_a_break_before_the_first_payload_is_sent_again_at_most_max_resumes_times() -> None:
+    client = Replicas(mute={A, B})
+    service, gate, outcomes = setup(client, max_resumes=2)
+    events = await events_of(service)
+    assert broke(events) and text_of(events) == ""
+    assert [c[:2] for c in client.calls] == [("chat", A), ("chat", B), ("chat", A)]
+    assert outcomes == [("up", "resumed"), ("up", "resumed"), ("up", "not_resumable")]
     assert gate.snapshot("up").in_use == 0
 
 
