@@ -56,11 +56,6 @@ def _check(config: Config) -> None:
     config.server.problem_base_url = problem_base_url(config.server.problem_base_url)
     check_upstreams(config.upstreams)
     check_redis(config.admission)
-    if config.admission.backend == "redis":
-        tokens = sorted(n for n, u in config.upstreams.items() if u.admission and u.admission.fairness == "tokens")
-        if tokens:
-            raise ConfigError(f'fairness = "tokens" is not yet supported with [admission] backend = "redis" '
-                              f'(upstreams: {", ".join(tokens)})')
     if config.admission.backend == "memory" and config.server.workers > 1:
         raise ConfigError(
             "server.workers > 1 needs admission.backend = 'redis': the in-memory ledger "

@@ -1,6 +1,6 @@
 """The Redis ledgers' Lua scripts compile and name no undefined variable, so a broken script
 fails here rather than on the first request that runs it: the admission ledger's
-(`redis_gate/lua/`, `common.lua` + `<name>.lua`) and the consumer counters'
+(`redis_gate/lua/`, `common.lua` + `tokens.lua` + `queue.lua` + `<name>.lua`) and the consumer counters'
 (`redis_usage/lua/`, `clock.lua` + `rate.lua` or `held.lua` + `<name>.lua`).
 
 - Redis itself: every script as sent and every file alone goes through the real server's
@@ -35,7 +35,7 @@ from adapters.outbound.redis_usage import scripts as usage_scripts
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 # ledger -> its scripts module and the files its scripts are made of besides their own
 LEDGERS: dict[str, tuple[ModuleType, tuple[str, ...]]] = {
-    "gate": (gate_scripts, ("common.lua",)),
+    "gate": (gate_scripts, ("common.lua", "queue.lua", "tokens.lua")),
     "usage": (usage_scripts, ("clock.lua", "rate.lua", "held.lua")),
 }
 # the globals of Redis's Lua 5.1 sandbox beyond the standard library
@@ -44,7 +44,7 @@ REDIS_GLOBALS = ("redis", "KEYS", "ARGV", "cjson", "cmsgpack", "bit", "struct")
 # that mistypes a name, and that name
 BREAKS = {
     "gate": ("release", ("  released = 1\nend\n", "  released = 1\n"),
-             ("  free(ARGV[6])\n", "  fre(ARGV[6])\n"), "fre"),
+             ("  free(ARGV[7])\n", "  fre(ARGV[7])\n"), "fre"),
     "usage": ("renew", ("    missing = missing + 1\n  end\n", "    missing = missing + 1\n"),
               ("    missing = missing + 1\n", "    missing = mising + 1\n"), "mising"),
 }

@@ -69,9 +69,19 @@ async def test_an_admitted_lease_is_charged_like_a_queued_one() -> None:
     assert waiting.position() == 0
 
 
-def test_the_redis_gate_refuses_tokens_until_it_keeps_the_counters() -> None:
+def test_the_redis_gate_meters_tokens_upstreams_and_batches_their_charges() -> None:
     from adapters.outbound.redis_gate import RedisAdmissionGate
 
-    policy = AdmissionPolicy(max_in_flight=1, queue_depth=5, queue_timeout_seconds=30, fairness="tokens")
-    with pytest.raises(ValueError, match='fairness = "tokens" is not yet supported with the Redis ledger: up'):
-        RedisAdmissionGate({"up": policy}, FakeClock(), "redis://127.0.0.1:1")
+    def policy(fairness: str) -> AdmissionPolicy:
+        return AdmissionPolicy(max_in_flight=1, queue_depth=5, queue_timeout_seconds=30, fairness=fairness,
+                               output_token_weight=2.0)
+    gate = RedisAdmissionGate({"up": policy("tokens"), "fair": policy("fair"), "open": None}, FakeClock(),
+                              "redis://127.0.0.1:1")  # never reached: charges only gather here
+    assert [gate.metered(u) for u in ("up", "fair", "open")] == [True, False, False]
+    gate.charge("up", A, 10, 5)
+    gate.charge("up", Consumer(name="x y:z", weight=4), 8, 0)
+    gate.charge("up", A, 0, 1)
+    gate.charge("fair", A, 100, 100)  # ignored
+    up = gate._ups["up"]
+    assert up.charges == {"a": 22.0, "x y:z": 2.0} and not gate._ups["fair"].charges
+    assert up.take_charges() == f"61 22.0 {b'x y:z'.hex()} 2.0" and up.take_charges() == ""

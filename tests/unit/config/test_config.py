@@ -128,8 +128,6 @@ def test_admission_keys_have_no_defaults(missing: str) -> None:
         ('[ops]\nlisten = "127.0.0.1:8080"\n' + UPSTREAM, r"ops\.listen must differ from server\.listen"),
         ('[ops]\nlisen = "x"\n' + UPSTREAM, r"unknown key 'ops\.lisen'"),
         (UPSTREAM + ADMISSION + 'fairness = "wfq"\n', r"invalid value for 'upstreams\.a\.admission\.fairness'"),
-        ('[admission]\nbackend = "redis"\nredis_url = "redis://r"\n' + UPSTREAM + ADMISSION + 'fairness = "tokens"\n',
-         r'fairness = "tokens" is not yet supported with \[admission\] backend = "redis" \(upstreams: a\)'),
         (UPSTREAM + ADMISSION + "max_queued_per_consumer = 0\n",
          r"invalid value for 'upstreams\.a\.admission\.max_queued_per_consumer'"),
         (UPSTREAM + ADMISSION + "output_token_weight = 0\n",
@@ -232,3 +230,9 @@ def test_tokens_fairness_and_its_output_weight_reach_the_policy() -> None:
     config = load_config_text(UPSTREAM + ADMISSION + 'fairness = "tokens"\noutput_token_weight = 3.5\n')
     policy = policies(config)["a"]
     assert policy is not None and (policy.fairness, policy.output_token_weight) == ("tokens", 3.5)
+
+
+def test_tokens_fairness_is_taken_with_the_redis_ledger() -> None:
+    config = load_config_text('[admission]\nbackend = "redis"\nredis_url = "redis://r"\n' + UPSTREAM + ADMISSION
+                              + 'fairness = "tokens"\n')
+    assert config.admission.backend == "redis" and config.upstreams["a"].admission.fairness == "tokens"  # type: ignore[union-attr]

@@ -39,7 +39,8 @@ class RedisAdmissionGate(LedgerCore):
     # -- lifespan ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Register this process and start heartbeat, pub/sub listener and refresher.
+        """Register this process and start heartbeat, pub/sub listener, refresher and, with
+        a `fairness = "tokens"` upstream, the charge loop.
 
         Never fails because Redis is down: capped upstreams answer `AdmissionUnavailable`
         until it is back, and the loops keep retrying.
@@ -56,6 +57,8 @@ class RedisAdmissionGate(LedgerCore):
             asyncio.create_task(background.listen_loop(self), name="redis-gate-listener"),
             asyncio.create_task(background.refresh_loop(self), name="redis-gate-refresh"),
         ]
+        if any(up.metered for up in self._capped):
+            self._loops.append(asyncio.create_task(background.charge_loop(self), name="redis-gate-charges"))
         try:
             async with asyncio.timeout(1.0):
                 await self._subscribed.wait()
@@ -123,12 +126,17 @@ class RedisAdmissionGate(LedgerCore):
         )
 
     def metered(self, upstream: str) -> bool:
-        """False: `fairness = "tokens"` is refused on this backend (`LedgerCore`), so no upstream
-        here orders by token service."""
-        return False
+        """True for an upstream under `fairness = "tokens"`; KeyError for one not configured."""
+        return self._ups[upstream].metered
 
     def charge(self, upstream: str, consumer: Consumer, input_tokens: float, output_tokens: float) -> None:
-        """Ignored: no upstream here is `metered`."""
+        """Add to `consumer`'s token service on `upstream` (ignored unless it is `metered`).
+        Never waits: the charge joins this process's pending batch for the upstream, which
+        the next script call on it carries and applies before anything else (a release
+        after a `settle` thus dispatches on it), or the charge loop within 0.5 s."""
+        up = self._ups[upstream]
+        if up.metered:
+            up.charge(consumer.name, consumer.weight, input_tokens, output_tokens)
 
     def upstreams(self) -> list[str]:
         return list(self._ups)
@@ -214,8 +222,8 @@ class RedisAdmissionGate(LedgerCore):
         fair = policy.fairness == "fair"
         args = (
             token, policy.queue_depth, int(policy.queue_timeout_seconds * 1000),
-            1 if fair else 0, consumer.name,
-            scripts.band(consumer.priority) if fair else "", tag_step(consumer.weight),
+            1 if fair else 2 if up.metered else 0, consumer.name,
+            scripts.band(consumer.priority) if fair or up.metered else "", tag_step(consumer.weight),
             policy.max_queued_per_consumer or 0, scripts.TAGS_GRACE_MS, slots, int(consumer.priority),
             up.preferred(prefer) if prefer and up.replica_limit is not None else "", int(max_extra),
         )

@@ -26,7 +26,7 @@ from adapters.outbound.idle_signal import IdleSignal
 from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN, RedisTarget, connect, run_scripts
 from adapters.outbound.redis_gate.upstream import Upstream
-from domain.admission.policy import TOKENS, AdmissionPolicy
+from domain.admission.policy import AdmissionPolicy
 from ports.clock import Clock
 
 log = logging.getLogger("gateway.admission.redis")
@@ -78,9 +78,6 @@ class LedgerCore:
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
-        tokens = sorted(key for key, policy in policies.items() if policy is not None and policy.fairness == TOKENS)
-        if tokens:  # the token service is kept in one process's memory only, so far
-            raise ValueError(f'fairness = "tokens" is not yet supported with the Redis ledger: {", ".join(tokens)}')
         limits = dict(replica_limits or {})
         unknown = sorted(set(limits) - set(policies))
         if unknown:
@@ -118,14 +115,16 @@ class LedgerCore:
     # -- script calls ------------------------------------------------------------------
 
     async def _call(self, up: Upstream, name: str, *args: Any) -> tuple[int, int, str | None]:
-        """One script on one upstream: (code, value, replica the token is bound to or None)."""
-        reply = await self._scripts[name](keys=up.keys, args=[*up.args, *args])
+        """One script on one upstream: (code, value, replica the token is bound to or None).
+        The upstream's pending charges go with it (`Upstream.take_charges`)."""
+        reply = await self._scripts[name](keys=up.keys, args=[*up.args, up.take_charges(), *args])
         return self._absorb(up, reply)
 
     async def _pipeline(self, name: str, *args: Any) -> list[int]:
         """The same script on every capped upstream, in one round trip."""
         script = self._scripts[name]
-        replies = await run_scripts(self._redis, [(script, up.keys, [*up.args, *args]) for up in self._capped])
+        calls = [(script, up.keys, [*up.args, up.take_charges(), *args]) for up in self._capped]
+        replies = await run_scripts(self._redis, calls)
         return [self._absorb(up, r)[0] for up, r in zip(self._capped, replies, strict=True)]
 
     def _absorb(self, up: Upstream, reply: list[Any]) -> tuple[int, int, str | None]:
@@ -141,6 +140,17 @@ class LedgerCore:
             log.warning("redis admission: reclaimed %d entries of expired owners on %s",
                         reclaimed, up.key)
         return code, value, replica or None
+
+    async def flush_charges(self) -> None:
+        """Send the charges pending on every metered upstream now (a `maintain` call each,
+        in one round trip), for a stream that runs long without any other call: the charge
+        loop's step. Raises REDIS_DOWN errors (the batch is dropped)."""
+        ups = [up for up in self._capped if up.charges]
+        if ups:
+            script = self._scripts["maintain"]
+            calls = [(script, up.keys, [*up.args, up.take_charges(), self._owner]) for up in ups]
+            for up, reply in zip(ups, await run_scripts(self._redis, calls), strict=True):
+                self._absorb(up, reply)
 
     async def _register(self) -> None:
         async with self._register_lock:

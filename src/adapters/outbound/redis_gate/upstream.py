@@ -1,7 +1,8 @@
 """`Upstream`: what one process knows and keeps about one upstream of the Redis ledger.
 
 Its policy and keys, the script arguments every call starts with, the snapshot cache read
-back from the scripts' replies, this process's counters and service time, and with
+back from the scripts' replies, this process's counters and service time, the token
+service charged here and not yet sent (`fairness = "tokens"`), and with
 replicas the per-replica cap, this process's view of them (ready, ejected, saturated) and
 the shared counts as last read. Plain local state: it never talks to Redis itself.
 """
@@ -13,9 +14,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from adapters.outbound.redis_gate import scripts
-from domain.admission.policy import AdmissionPolicy
+from domain.admission.policy import TOKENS, AdmissionPolicy
 from domain.admission.retry_after import DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER
 from domain.errors import TooManySequences
+from domain.fairness import Use, weighted_tokens
 from domain.replicas import Replica, ReplicaState
 
 _COUNTER_NAMES = (
@@ -28,8 +30,9 @@ class Upstream:
     """Per-upstream local state: policy, keys, snapshot cache, counters, service time,
     and with replicas the per-replica cap, this process's ready view and the shared counts."""
 
-    __slots__ = ("args", "by_priority", "cache", "counts", "deadlines", "ejected", "key", "keys", "oldest", "open",
-                 "policy", "ready", "replica_counts", "replica_limit", "saturated", "service", "stamp")
+    __slots__ = ("args", "by_priority", "cache", "charges", "counts", "deadlines", "ejected", "key", "keys", "metered",
+                 "oldest", "open", "policy", "ready", "replica_counts", "replica_limit", "saturated", "service",
+                 "stamp")
 
     def __init__(self, key: str, policy: AdmissionPolicy | None, prefix: str, replica_limit: int | None = None) -> None:
         if policy is None and replica_limit is not None:
@@ -51,6 +54,27 @@ class Upstream:
         self.counts = dict.fromkeys(_COUNTER_NAMES, 0)
         self.open = 0  # leases held on an uncapped upstream
         self.service: float | None = None  # EWMA of this process's service times
+        # fairness = "tokens": consumer -> token service charged here and not yet sent (it goes
+        # with the next script call on this upstream, or the charge loop's within 0.5 s)
+        self.metered = policy is not None and policy.fairness == TOKENS
+        self.charges: dict[str, float] = {}
+
+    def charge(self, consumer: str, weight: int, input_tokens: float, output_tokens: float) -> None:
+        """Add to the pending batch: weighted tokens divided by the consumer's weight, as
+        `TokenOrder.charge` does (below 1 counts as 1)."""
+        assert self.policy is not None
+        use = Use(input_tokens=input_tokens, output_tokens=output_tokens)
+        tokens = weighted_tokens(use, self.policy.output_token_weight) / max(1, weight)
+        if tokens:
+            self.charges[consumer] = self.charges.get(consumer, 0.0) + tokens
+
+    def take_charges(self) -> str:
+        """The pending batch as the scripts' charges argument, emptied: sent once, whatever
+        becomes of the call (a charge lost with an unreachable Redis is dropped)."""
+        if not self.charges:
+            return ""
+        batch, self.charges = self.charges, {}
+        return scripts.charges(batch)
 
     def retry_after(self, ahead: int) -> int:
         """Same rule as the in-memory ledger, on this process's observed service times."""

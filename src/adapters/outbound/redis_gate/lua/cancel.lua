@@ -4,7 +4,7 @@
 -- deadline (the reply names their replica). A head that leaves may let the next ones in:
 -- promote again.
 
-local token = ARGV[6]
+local token = ARGV[7]
 local n = maintain()
 local code, addr = 0, ''
 if redis.call('HGET', W, token) == owner then
@@ -15,7 +15,7 @@ elseif redis.call('HGET', S, token) == owner then
   code = 2
   local _
   _, addr = bound_of(token)
-  if ARGV[7] == 'cancel' then
+  if ARGV[8] == 'cancel' then
     free(token)
     code, addr = 3, ''
     promote()

@@ -9,7 +9,7 @@
 -- (the bound replica is no longer `from`) replies 1 with the replica it is on, and moves
 -- nothing.
 
-local token, from = ARGV[6], ARGV[7]
+local token, from = ARGV[7], ARGV[8]
 local n = maintain()
 if redis.call('HGET', S, token) ~= owner then
   if not alive() then return reply(-1, 0, n) end

@@ -1,6 +1,6 @@
 -- poll: ARGV after the owner: token. One wait() round: repair, then where is my token?
 
-local token = ARGV[6]
+local token = ARGV[7]
 local n = maintain()
 if redis.call('HGET', S, token) == owner then
   local _, addr = bound_of(token)

@@ -3,8 +3,8 @@
 -- somebody else.
 
 local released = 0
-if redis.call('HGET', S, ARGV[6]) == owner then
-  free(ARGV[6])
+if redis.call('HGET', S, ARGV[7]) == owner then
+  free(ARGV[7])
   released = 1
 end
 local n = maintain()
