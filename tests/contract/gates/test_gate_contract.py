@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from tests.contract.gates import redis_support
 
 from domain.admission.policy import AdmissionPolicy
+from domain.consumers import Consumer
 from domain.errors import Draining, QueueFull, QueueTimeout
 from ports.admission import GateSnapshot
 
@@ -239,3 +241,80 @@ async def test_snapshot_reports_the_oldest_waiters_wait(make_gate: MakeGate) -> 
     while gate.snapshot("up").oldest_wait_seconds is not None:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
+
+
+# -- fairness = "tokens" (domain.admission.token_order), on both backends -----------------
+
+def tokens_policy() -> AdmissionPolicy:
+    return AdmissionPolicy(max_in_flight=1, queue_depth=16, queue_timeout_seconds=10, fairness="tokens",
+                           output_token_weight=2.0)
+
+
+async def serve(held: tuple[Any, Any, Consumer], tickets: dict[str, tuple[Any, Any, Consumer]],
+                count: int, output: int = 50) -> tuple[list[str], tuple[Any, Any, Consumer]]:
+    """`count` dispatches with cap 1: the lease's own gate charges its consumer `output` tokens
+    (as a request's meter settles) and releases it; which ticket got the slot next, in order."""
+    order = []
+    for _ in range(count):
+        gate, lease, consumer = held
+        gate.charge("up", consumer, 0, output)
+        await lease.release()
+        granted = []
+        for rid, (g, ticket, c) in list(tickets.items()):
+            got = await ticket.wait(0)
+            if got is not None:
+                granted.append(rid)
+                held = (g, got, c)
+                del tickets[rid]
+        assert len(granted) == 1, granted
+        order.append(granted[0])
+    return order, held
+
+
+async def test_tokens_an_idle_consumer_is_lifted_and_shares_from_then_on(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": tokens_policy()})
+    # on Redis a second "process" on the same ledger: each charges the leases it holds
+    other = gate if make_gate.kind == "memory" else await make_gate({"up": tokens_policy()})  # type: ignore[attr-defined]
+    a, b, c = Consumer(name="a"), Consumer(name="b"), Consumer(name="c")
+    held = (gate, await gate.enter("up", a), a)
+    tickets = {}
+    for i, (rid, who) in enumerate([("a1", a), ("b1", b), ("a2", a), ("b2", b), ("a3", a), ("b3", b)]):
+        g = (gate, other)[i % 2]
+        tickets[rid] = (g, await g.enter("up", who), who)
+    first, held = await serve(held, tickets, 4)
+    assert first == ["b1", "a1", "b2", "a2"]  # 100 weighted tokens each time: they alternate
+    for rid in ("c1", "c2"):  # c never waited: lifted to the least service waiting (b's 200), not left at 0
+        tickets[rid] = (other, await other.enter("up", c), c)
+    rest, held = await serve(held, tickets, 4)
+    assert rest == ["b3", "c1", "a3", "c2"]  # neither first twice in a row nor last
+    await held[1].release()
+
+
+async def test_tokens_priority_bands_stay_strict_whatever_the_service(make_gate: MakeGate) -> None:
+    gate = await make_gate({"up": tokens_policy()})
+    a, vip = Consumer(name="a"), Consumer(name="vip", priority=10)
+    held = (gate, await gate.enter("up", a), a)
+    tickets = {rid: (gate, await gate.enter("up", who), who) for rid, who in [("a1", a), ("vip1", vip),
+                                                                          ("a2", a), ("vip2", vip)]}
+    gate.charge("up", vip, 10**6, 0)
+    for _, ticket, _ in tickets.values():
+        assert await ticket.wait(0) is None  # on Redis: reads the position again
+    assert [t.position() for _, t, _ in tickets.values()] == [3, 1, 4, 2]
+    order, held = await serve(held, tickets, 4)
+    assert order == ["vip1", "vip2", "a1", "a2"]
+    await held[1].release()
+
+
+async def test_tokens_charges_of_two_processes_order_both(make_gate: MakeGate) -> None:
+    one = await make_gate({"up": tokens_policy()})
+    two = one if make_gate.kind == "memory" else await make_gate({"up": tokens_policy()})  # type: ignore[attr-defined]
+    a, b = Consumer(name="a"), Consumer(name="b")
+    held = (one, await one.enter("up", a), a)
+    tickets = {"a1": (one, await one.enter("up", a), a), "b1": (two, await two.enter("up", b), b)}
+    # a's long answer streams in process two (no call of its own there: the charge loop sends it)
+    two.charge("up", a, 0, 400)
+    await asyncio.sleep(1.0)
+    # process one dispatches: a was served 800, b nothing: b goes first though a came first
+    order, held = await serve(held, tickets, 2, output=0)
+    assert order == ["b1", "a1"]
+    await held[1].release()
