@@ -1,7 +1,9 @@
 """The in-memory gate and two Redis "processes" decide alike on random operation sequences
 (hypothesis): entries of k slots with and without affinity, releases, cancels, replica
-discovery, ejected and saturated sets and the one safe retry's lease move, compared step
-by step (outcome, slots, replica, positions, counts, replica views).
+discovery, ejected and saturated sets, the one safe retry's lease move and, under `fairness
+= "tokens"`, charges (sent at once, or carried by the charging lease's own release as a
+request's meter settles before it), compared step by step (outcome, slots, replica,
+positions, counts, replica views).
 
 Needs the Redis at GATEWAY_TEST_REDIS_URL (default redis://127.0.0.1:6379/0) and FAILS
 when it is unreachable.
@@ -40,6 +42,10 @@ OPS = st.lists(
         st.tuples(st.just("saturate"), st.sampled_from([0, 0, 1, 2, 4, 6]), st.just("")),
         st.tuples(st.just("move"), st.integers(0, 50), st.just("")),
         st.tuples(st.just("move"), st.integers(0, 50), st.just("")),
+        # charge a consumer (tokens n x 6 in, n x 3 out: whole numbers after any weight here)
+        st.tuples(st.just("charge"), st.integers(1, 20), st.sampled_from(["a", "b", "hi"])),
+        # a held lease's own gate charges its consumer, then releases it (no call between)
+        st.tuples(st.just("settle"), st.integers(0, 50), st.integers(0, 20)),
     ),
     min_size=1, max_size=40,
 )
@@ -51,7 +57,7 @@ def _ready(mask: int) -> list[str]:
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cap=st.integers(1, 8), limit=st.integers(1, 4), fairness=st.sampled_from(["fifo", "fair"]),
+@given(cap=st.integers(1, 8), limit=st.integers(1, 4), fairness=st.sampled_from(["fifo", "fair", "tokens"]),
        replicated=st.booleans(), first=st.integers(1, 7), ops=OPS)
 @example(cap=4, limit=2, fairness="fifo", replicated=True, first=3,  # ties rotate after a release
          ops=[("enter", 1, "a"), ("release", 0, ""), ("enter", 1, "a")])
@@ -74,6 +80,10 @@ def _ready(mask: int) -> list[str]:
               ("enter", 1, "a")])
 @example(cap=4, limit=2, fairness="fair", replicated=True, first=3,  # a fair newcomer placed first keeps its affinity
          ops=[("enter", 1, "a"), ("enter", 1, "a"), ("enter", 2, "b"), ("prefer", 1, "hi", [B], 0)])
+@example(cap=1, limit=1, fairness="tokens", replicated=False, first=1,  # charges between releases, an idle return
+         ops=[("enter", 1, "a"), ("enter", 1, "a"), ("enter", 1, "b"), ("enter", 1, "a"), ("settle", 0, 10),
+              ("charge", 5, "b"), ("settle", 0, 1), ("enter", 1, "hi"), ("enter", 1, "b"), ("settle", 0, 20),
+              ("enter", 1, "a"), ("settle", 0, 0), ("charge", 20, "hi"), ("enter", 2, "a"), ("settle", 0, 3)])
 async def test_memory_and_redis_decide_alike(
     cap: int, limit: int, fairness: str, replicated: bool, first: int, ops: list[tuple[Any, ...]],
 ) -> None:
@@ -92,8 +102,8 @@ async def test_memory_and_redis_decide_alike(
              for _ in range(2)]
     for gate in redis:
         await gate.start()
-    held: list[tuple[Any, Any]] = []  # (memory lease, redis lease), in grant order
-    waiting: list[tuple[Any, Any]] = []  # (memory ticket, redis ticket), in arrival order
+    held: list[tuple[Any, Any, str]] = []  # (memory lease, redis lease, consumer), in grant order
+    waiting: list[tuple[Any, Any, str]] = []  # (memory ticket, redis ticket, consumer), in arrival order
     try:
         for step, (op, n, who, *more) in enumerate(ops):
             if op in ("enter", "prefer"):
@@ -110,20 +120,31 @@ async def test_memory_and_redis_decide_alike(
                 assert (m if isinstance(m, type) else m.queued) == (r if isinstance(r, type) else r.queued), step
                 if not isinstance(m, type):
                     if m.queued:
-                        waiting.append((m, r))
+                        waiting.append((m, r, who))
                     else:
                         assert (m.slots, m.replica) == (r.slots, r.replica), step
-                        held.append((m, r))
+                        held.append((m, r, who))
             elif op == "release" and held:
-                m, r = held.pop(n % len(held))
+                m, r, _ = held.pop(n % len(held))
                 await m.release()
                 await r.release()
             elif op == "cancel" and waiting:
-                m, r = waiting.pop(n % len(waiting))
+                m, r, _ = waiting.pop(n % len(waiting))
                 await m.cancel()
                 await r.cancel()
+            elif op == "charge":
+                gate = redis[step % 2]
+                for g in (memory, gate):
+                    g.charge("up", CONSUMERS[who], n * 6, n * 3)
+                await gate.flush_charges()  # what the charge loop does within 0.5 s
+            elif op == "settle" and held:
+                m, r, owner = held.pop(n % len(held))
+                for g in (memory, r._gate):
+                    g.charge("up", CONSUMERS[owner], who * 6, who * 3)
+                await m.release()
+                await r.release()  # carries the charge, applied before its dispatch
             elif op == "move" and held:
-                m, r = held[n % len(held)]
+                m, r, _ = held[n % len(held)]
                 moved = await m.move(), await r.move()
                 assert moved[0] == moved[1] and m.replica == r.replica, (step, moved)
             elif op in ("discover", "eject", "saturate") and replicated:
@@ -135,16 +156,16 @@ async def test_memory_and_redis_decide_alike(
                         await asyncio.wait(list(gate._tasks))
             # every waiter polls once (the poll script repairs and promotes, as any call does)
             still = []
-            for m, r in waiting:
+            for m, r, owner in waiting:
                 got_m = await m.wait(0)
                 got_r = await r.wait(0)
                 assert (got_m is None) == (got_r is None), (step, "granted on one backend only")
                 if got_m is None:
                     assert m.position() == r.position(), step
-                    still.append((m, r))
+                    still.append((m, r, owner))
                 else:
                     assert (got_m.slots, got_m.replica) == (got_r.slots, got_r.replica), step
-                    held.append((got_m, got_r))
+                    held.append((got_m, got_r, owner))
             waiting = still
             await redis[0]._call(redis[0]._ups["up"], "maintain", redis[0]._owner)  # fresh shared counts
             assert memory.snapshot("up").in_use == redis[0].snapshot("up").in_use, step
@@ -152,10 +173,10 @@ async def test_memory_and_redis_decide_alike(
             assert memory.snapshot("up").queued_by_priority == redis[0].snapshot("up").queued_by_priority, step
             assert [(x.address, x.state, x.in_flight, x.saturated) for x in memory.replicas("up")] == \
                    [(x.address, x.state, x.in_flight, x.saturated) for x in redis[0].replicas("up")], step
-        for m, r in waiting:
+        for m, r, _ in waiting:
             await m.cancel()
             await r.cancel()
-        for m, r in held:
+        for m, r, _ in held:
             await m.release()
             await r.release()
         await redis[0]._call(redis[0]._ups["up"], "maintain", redis[0]._owner)
