@@ -121,8 +121,8 @@ class AdmissionGate(Protocol):
     def charge(self, upstream: str, consumer: Consumer, input_tokens: float, output_tokens: float) -> None:
         """Add tokens served to `consumer`'s service on a `metered` upstream (negative: a
         correction of an estimate); ignored for any other. Never waits: callers batch their
-        charges (`application.service_charge`), and a shared backend would send them with
-        its next round trip."""
+        charges (`application.service_charge`), and a shared backend sends them with its
+        next round trip (or within 0.5 s)."""
         ...
 
     def set_replicas(self, upstream: str, ready: Iterable[str]) -> None:

@@ -1,5 +1,5 @@
-"""Shared admission ledger on Redis: one cap and one queue per upstream (fifo, or fair
-across consumers) for ALL gateway processes and pods (the in-memory gate is only correct
+"""Shared admission ledger on Redis: one cap and one queue per upstream (fifo, fair across
+consumers by requests, or by tokens served) for ALL gateway processes and pods (the in-memory gate is only correct
 inside one process).
 
 Data layout, for `key_prefix` P (default "gateway") and upstream key U (the config
@@ -18,6 +18,11 @@ table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a s
     P:{U}:counts     HASH    consumer -> waiting requests (max_queued_per_consumer)
     P:{U}:vtime      HASH    band -> virtual time V (finish tag last dispatched from it)
     P:{U}:tags       HASH    "<band>:<consumer>" -> finish tag of its last queued request
+  fairness = "tokens" only (lua/tokens.lua):
+    P:{U}:service    HASH    consumer -> weighted tokens served / its weight (never expires)
+    P:{U}:tlast      HASH    band -> the consumer last admitted in it
+    P:{U}:twait      ZSET    score 0, "<band>:<hex consumer>" per consumer waiting in the band
+    P:{U}:tqueue     ZSET    score 0, "<band>:<hex consumer>:<seq>:<token>": queued requests
   requests taking k > 1 slots and upstreams with replicas only:
     P:{U}:want       HASH    queued token -> k (k > 1)
     P:{U}:bound      HASH    held token -> "<k> <replica>"
@@ -31,10 +36,12 @@ A token is "<process tag>.<n>", unique per request; an owner is
 Every change is one Lua script (`lua/`, loaded by `scripts.py`), and each reclaims expired
 owners, expires lapsed queue entries and promotes the smallest key while it fits (head-
 of-line), so a freed slot always goes to the same request whichever process asks (fifo:
-the longest waiter). With replicas the pick is made in the same script, among the
-eligible replicas the calling process passes (ready, not ejected; saturated ones marked),
-and the one safe retry moves a lease to another replica in one script (`move`). See docs/redis-ledger.md
-for the failure model, fencing, lease sizing and the wake-up latency bound.
+the longest waiter). Token service charged in a process goes with its next call on the
+upstream (or the charge loop's, within 0.5 s), applied before anything else. With
+replicas the pick is made in the same script, among the eligible replicas the calling
+process passes (ready, not ejected; saturated ones marked), and the one safe retry moves a
+lease to another replica in one script (`move`). See docs/redis-ledger.md for the failure
+model, fencing, lease sizing, the wake-up latency bound and the token mode.
 """
 
 from adapters.outbound.redis_gate.gate import RedisAdmissionGate
