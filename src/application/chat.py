@@ -7,7 +7,6 @@ the slot back on every path) happens here, once, for all of them.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
@@ -19,7 +18,7 @@ from application.collected import answer_of
 from application.consumer_limits import ConsumerLimits, Door
 from application.reasoning import ReasoningBudgets
 from application.replica_care import ReplicaCare
-from application.resume import Continuation, Opener, Resumes
+from application.resume import Resumes
 from application.service_charge import ServiceCharges
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChatRequest, ChatResponse, ChunkBatch, QueuePosition, StreamChunk, UsageReport
@@ -27,7 +26,6 @@ from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
 from domain.reasoning import has_budget
 from domain.records import RequestRecord
-from domain.resume import TokenTrail, remaining_tokens
 from domain.routing import ModelRouter
 from domain.sequences import sequences
 from ports.admission import AdmissionGate, QueueTicket, SlotLease
@@ -102,23 +100,17 @@ class ChatService:
                 turn.meter = charged
             try:
                 client = self._upstreams[upstream]
-                resumes = self._resumes
-                trail = resumes.trail(upstream, request) if resumes.watches(upstream) else None
-                if trail is not None:  # asked as a stream, which a resume can mend (application.collected)
-                    opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
-                    opener = functools.partial(
-                        self._budgets.opener(upstream, request, record, client.open_stream) if has_budget(request)
-                        else functools.partial(client.open_stream, request), trail=trail)  # fmt: skip
-                    relay = resumes.relay(self._care, upstream, lease, record, opener,
-                                          _continuation(client, request, trail, None), trail, opened)  # fmt: skip
-                    async with contextlib.aclosing(relay) as batches:
-                        response = await answer_of(batches)
-                else:
-                    call = (self._budgets.caller(upstream, request, record, client.complete) if has_budget(request)
-                            else functools.partial(client.complete, request))  # fmt: skip
-                    response = await self._care.call(upstream, lease, record, call)
-                    if wish.chain:  # where it was served (after a retry, too)
-                        await affinity.granted(upstream, wish, lease)
+                budgets = self._budgets
+                budgeted = has_budget(request)
+                response = await self._resumes.answer(
+                    self._care, upstream, request, lease, record,
+                    budgets.caller(upstream, request, record, client.complete) if budgeted
+                    else functools.partial(client.complete, request),
+                    budgets.opener(upstream, request, record, client.open_stream) if budgeted
+                    else functools.partial(client.open_stream, request),
+                    client, answer_of,
+                    functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None,
+                )  # fmt: skip
                 usage = response.usage
                 if usage.input_tokens or usage.output_tokens:
                     turn.meter.reported = usage
@@ -193,29 +185,14 @@ class ChatService:
                           else functools.partial(client.open_stream, request))  # fmt: skip
                 if heartbeat is not None:
                     opener = functools.partial(opener, heartbeat=heartbeat)
-                resumes = self._resumes
-                if resumes.watches(upstream):
-                    trail = resumes.trail(upstream, request)
-                    if trail is not None:
-                        opener = functools.partial(opener, trail=trail)
-                    opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
-                    relay = resumes.relay(self._care, upstream, lease, record, opener,
-                                          _continuation(client, request, trail, heartbeat), trail, opened)  # fmt: skip
-                    async with contextlib.aclosing(relay) as batches:
-                        async for batch in batches:
-                            if lost is not None and lost.is_set():
-                                raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
-                            meter.feed_batch(batch)
-                            yield batch
-                else:
-                    async with self._care.open(upstream, lease, record, opener) as batches:
-                        if wish.chain:
-                            await affinity.granted(upstream, wish, lease)
-                        async for batch in batches:
-                            if lost is not None and lost.is_set():
-                                raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
-                            meter.feed_batch(batch)
-                            yield batch
+                opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
+                async with self._resumes.open(self._care, upstream, request, lease, record, opener, client, opened,
+                                              heartbeat) as batches:  # fmt: skip
+                    async for batch in batches:
+                        if lost is not None and lost.is_set():
+                            raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
+                        meter.feed_batch(batch)
+                        yield batch
             finally:
                 if charged is not None:  # before the release: the next dispatch sees it
                     charged.settle()
@@ -227,16 +204,3 @@ class ChatService:
         upstream, request = route(self._router, request, record)
         return await self._upstreams[upstream].count_tokens(request)
 
-
-def _continuation(
-    client: UpstreamClient, request: ChatRequest, trail: TokenTrail | None, heartbeat: float | None
-) -> Continuation:
-    """The opener of a continuation of `request`'s answer, given the replica that broke."""
-
-    def continuation(broken_at: str | None) -> Opener | None:
-        assert trail is not None
-        if remaining_tokens(request, trail) <= 0:
-            return None
-        return functools.partial(client.open_continuation, request, trail, heartbeat=heartbeat, resumed_from=broken_at)
-
-    return continuation

@@ -8,7 +8,6 @@ aborts the upstream call, and a lease lost to the shared ledger aborts the call.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import AsyncIterator, Mapping
 
@@ -18,7 +17,7 @@ from application.affinity import NO_WISH, Affinity
 from application.collected import completion_of
 from application.consumer_limits import ConsumerLimits
 from application.replica_care import ReplicaCare
-from application.resume import Continuation, Opener, Resumes
+from application.resume import Resumes
 from application.service_charge import ServiceCharges
 from application.slots import LEASE_LOST_MESSAGE, Slots, route, salted
 from domain.canonical import ChunkBatch, StreamChunk, TextPart, UsageReport
@@ -26,7 +25,6 @@ from domain.completions import Completion, CompletionRequest, EmbeddingRequest, 
 from domain.consumers import ANONYMOUS, Consumer
 from domain.errors import AdmissionUnavailable
 from domain.records import RequestRecord
-from domain.resume import TokenTrail, remaining_tokens
 from domain.routing import ModelRouter
 from domain.sequences import sequences
 from ports.admission import AdmissionGate
@@ -68,20 +66,11 @@ class CompletionService:
                 turn.meter = charged
             try:
                 client = self._upstreams[upstream]
-                resumes = self._resumes
-                trail = resumes.trail(upstream, request) if resumes.watches(upstream) else None
-                if trail is not None:  # asked as a stream, which a resume can mend (application.collected)
-                    opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
-                    opener = functools.partial(client.open_text_stream, request, trail=trail)
-                    relay = resumes.relay(self._care, upstream, lease, record, opener,
-                                          _continuation(client, request, trail), trail, opened)  # fmt: skip
-                    async with contextlib.aclosing(relay) as batches:
-                        answer = await completion_of(batches)
-                else:
-                    call = functools.partial(client.complete_text, request)
-                    answer = await self._care.call(upstream, lease, record, call)
-                    if wish.chain:  # where it was served (after a retry, too)
-                        await affinity.granted(upstream, wish, lease)
+                answer = await self._resumes.answer(
+                    self._care, upstream, request, lease, record, functools.partial(client.complete_text, request),
+                    functools.partial(client.open_text_stream, request), client, completion_of,
+                    functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None,
+                )  # fmt: skip
                 if answer.usage.input_tokens or answer.usage.output_tokens:
                     turn.meter.reported = answer.usage
                 else:  # an upstream that reports no usage: charged (and reported) by estimate, never 0
@@ -112,47 +101,20 @@ class CompletionService:
             try:
                 client = self._upstreams[upstream]
                 opener = functools.partial(client.open_text_stream, request)
-                resumes = self._resumes
-                if resumes.watches(upstream):
-                    trail = resumes.trail(upstream, request)
-                    if trail is not None:
-                        opener = functools.partial(opener, trail=trail)
-                    opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
-                    relay = resumes.relay(self._care, upstream, lease, record, opener,
-                                          _continuation(client, request, trail), trail, opened)  # fmt: skip
-                    async with contextlib.aclosing(relay) as batches:
-                        async for batch in batches:
-                            if lost is not None and lost.is_set():
-                                raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
-                            meter.feed_batch(batch)
-                            yield batch
-                else:
-                    async with self._care.open(upstream, lease, record, opener) as batches:
-                        if wish.chain:
-                            await affinity.granted(upstream, wish, lease)
-                        async for batch in batches:
-                            if lost is not None and lost.is_set():
-                                raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
-                            meter.feed_batch(batch)
-                            yield batch
+                opened = functools.partial(affinity.granted, upstream, wish, lease) if wish.chain else None
+                async with self._resumes.open(self._care, upstream, request, lease, record, opener,
+                                              client, opened) as batches:  # fmt: skip
+                    async for batch in batches:
+                        if lost is not None and lost.is_set():
+                            raise AdmissionUnavailable(1, LEASE_LOST_MESSAGE)
+                        meter.feed_batch(batch)
+                        yield batch
             finally:
                 if charged is not None:  # before the release: the next dispatch sees it
                     charged.settle()
                 await self._slots.release(lease, record, since)
             if meter.reported is None:
                 yield [StreamChunk(events=[UsageReport(usage=meter.usage())])]
-
-
-def _continuation(client: CompletionClient, request: CompletionRequest, trail: TokenTrail | None) -> Continuation:
-    """The opener of a continuation of `request`'s answer, given the replica that broke."""
-
-    def continuation(broken_at: str | None) -> Opener | None:
-        assert trail is not None
-        if remaining_tokens(request, trail) <= 0:
-            return None
-        return functools.partial(client.open_continuation, request, trail, resumed_from=broken_at)
-
-    return continuation
 
 
 class EmbeddingService:

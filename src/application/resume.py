@@ -21,14 +21,20 @@ outcome}` (`domain.resume.OUTCOMES`); the request record gets `resumed` (continu
 and `resumed_tokens` (ids sent again), and `endpoint` names the replica that finished it.
 A client that hangs up during a resume cancels it like any other wait: the lease is released by
 the caller's `finally`.
+
+The services ask through `Resumes.open` (a stream) and `Resumes.answer` (a plain answer): for an
+upstream that resumes they go through `relay`, otherwise straight through the `ReplicaCare`;
+each service names only its own client methods and how a stream makes its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import TypeVar
 
 from application.replica_care import ReplicaCare
 from domain.canonical import ChatRequest, ChunkBatch, Finish, StreamChunk, StreamError, Usage, UsageReport
@@ -36,9 +42,10 @@ from domain.completions import CompletionRequest
 from domain.errors import GatewayError
 from domain.reasoning import has_budget
 from domain.records import RequestRecord
-from domain.resume import FAILED, NOT_RESUMABLE, RESUMED, TokenTrail, not_resumable
+from domain.resume import FAILED, NOT_RESUMABLE, RESUMED, TokenTrail, not_resumable, remaining_tokens
 from domain.upstream_failures import safe_to_retry
 from ports.admission import SlotLease
+from ports.upstream import CompletionClient, UpstreamClient
 
 ResumeListener = Callable[[str, str], None]
 """Told (upstream, outcome) on each break of a stream of an upstream that resumes."""
@@ -46,6 +53,11 @@ Opener = Callable[..., AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]]
 Continuation = Callable[[str | None], Opener | None]
 """Given the replica that broke, the opener of the continuation (`replica=` is the care's); None
 when nothing is left to generate (`domain.resume.remaining_tokens`)."""
+Opened = Callable[[], Awaitable[None]]
+"""Awaited once the answer is being served (the first stream opened, or the plain call answered)."""
+Continues = UpstreamClient | CompletionClient
+"""The client a continuation is asked of (`open_continuation`, read only when one opens)."""
+T = TypeVar("T")
 
 MOVE_WAIT = 10.0  # seconds a resume keeps looking for a replica that takes its continuation
 _RETRY_PAUSE = 0.25  # between two tries
@@ -72,13 +84,51 @@ class Resumes:
     def watches(self, upstream: str) -> bool:
         return upstream in self._limits
 
+    def open(
+        self, care: ReplicaCare, upstream: str, request: ChatRequest | CompletionRequest, lease: SlotLease,
+        record: RequestRecord | None, opener: Opener, client: Continues, opened: Opened | None = None,
+        heartbeat: float | None = None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """`request`'s stream: `opener(**kwargs)` (given `trail=` where the request can be resumed)
+        relayed and resumed with `client.open_continuation` (with `heartbeat`) for an upstream
+        that resumes, otherwise opened through `care` as it is; `opened` is awaited once it has
+        opened."""
+        if not self.watches(upstream):
+            opening = care.open(upstream, lease, record, opener)
+            return opening if opened is None else _then(opening, opened)
+        trail = self.trail(upstream, request)
+        if trail is not None:
+            opener = functools.partial(opener, trail=trail)
+        continuation = _continuation(client, request, trail, heartbeat)
+        return contextlib.aclosing(self.relay(care, upstream, lease, record, opener, continuation, trail, opened))
+
+    async def answer(
+        self, care: ReplicaCare, upstream: str, request: ChatRequest | CompletionRequest, lease: SlotLease,
+        record: RequestRecord | None, call: Callable[..., Awaitable[T]], opener: Opener, client: Continues,
+        collect: Callable[[AsyncIterator[ChunkBatch]], Awaitable[T]], opened: Opened | None = None,
+    ) -> T:
+        """`request`'s plain answer: `call(**kwargs)` through `care`, or, when it can be resumed,
+        its stream (`open`) gathered by `collect` (`application.collected`): a break is then
+        mended before the answer is whole. `opened` is awaited once it is being served."""
+        trail = self.trail(upstream, request) if self.watches(upstream) else None
+        if trail is None:
+            answer = await care.call(upstream, lease, record, call)
+            if opened is not None:  # where it was served (after a retry, too)
+                await opened()
+            return answer
+        continuation = _continuation(client, request, trail, None)
+        relay = self.relay(care, upstream, lease, record, functools.partial(opener, trail=trail), continuation,
+                           trail, opened)  # fmt: skip
+        async with contextlib.aclosing(relay) as batches:
+            return await collect(batches)
+
     def _count(self, upstream: str, outcome: str) -> None:
         for listener in self._listeners:
             listener(upstream, outcome)
 
     async def relay(
         self, care: ReplicaCare, upstream: str, lease: SlotLease, record: RequestRecord | None, opener: Opener,
-        continuation: Continuation, trail: TokenTrail | None, opened: Callable[[], Awaitable[None]] | None = None,
+        continuation: Continuation, trail: TokenTrail | None, opened: Opened | None = None,
     ) -> AsyncGenerator[ChunkBatch, None]:
         """The batches of `opener`'s stream (opened through `care`), continued after a break
         (see the module doc); `opened` is awaited once the first stream has opened. Failures
@@ -141,6 +191,29 @@ class Resumes:
         if trail is None or trail.broken is None or trail.resumes >= self._limits.get(upstream, 0):
             return False
         return trail.resumable_now() or (untouched and trail.prompt is None and not trail.generated)
+
+
+def _continuation(client: Continues, request: ChatRequest | CompletionRequest, trail: TokenTrail | None,
+                  heartbeat: float | None) -> Continuation:  # fmt: skip
+    """The opener of a continuation of `request`'s answer, given the replica that broke."""
+
+    def continuation(broken_at: str | None) -> Opener | None:
+        assert trail is not None
+        if remaining_tokens(request, trail) <= 0:
+            return None
+        return functools.partial(client.open_continuation, request, trail, heartbeat=heartbeat,
+                                 resumed_from=broken_at)  # fmt: skip
+
+    return continuation
+
+
+@contextlib.asynccontextmanager
+async def _then(opening: AbstractAsyncContextManager[AsyncIterator[ChunkBatch]],
+                opened: Opened) -> AsyncIterator[AsyncIterator[ChunkBatch]]:  # fmt: skip
+    """`opening` entered, then `opened` awaited inside it."""
+    async with opening as batches:
+        await opened()
+        yield batches
 
 
 async def _place(lease: SlotLease) -> None:

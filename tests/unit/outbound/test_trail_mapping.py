@@ -208,3 +208,37 @@ def test_a_continuation_asks_for_what_is_left() -> None:
     assert remaining_tokens(msgspec.structs.replace(chat, max_tokens=10), trail) == 8
     assert remaining_tokens(chat, trail) == UNBOUNDED  # vLLM cuts it to the model's room
     assert remaining_tokens(CompletionRequest(model="m", prompt=["a"]), trail) == 14  # 16, the default
+
+
+def test_completion_ids_that_are_not_ids_are_read_past_and_the_text_still_mapped() -> None:
+    trail = TokenTrail()
+    mapper = TrailTextMapper(trail)
+    mapper.feed(text_chunk("alpha", [100], prompt_token_ids=[5, 6]))
+    chunk = mapper.feed(text_chunk(" bravo", ["x"]))  # type: ignore[list-item]
+    assert chunk is not None and chunk.events == [TextDelta(text=" bravo")] and chunk.native is None
+    assert (trail.generated, trail.vouched) == ([100], 1)
+    later = continued(trail)
+    chunk = later.feed(text_chunk(" charlie", "not ids"))  # type: ignore[arg-type]
+    assert chunk is not None and chunk.events == [TextDelta(text=" charlie")]
+    assert trail.generated == [100]
+
+
+def test_each_completion_mapper_marks_its_own_failures_as_breaks() -> None:
+    for make in (TrailTextMapper, continued):
+        trail = TokenTrail()
+        trail.prompt = [1, 2]
+        mapper = make(trail)
+        mapper.feed(text_chunk("alpha", [100]))
+        chunk = mapper.close()
+        assert chunk is not None and isinstance(chunk.events[-1], StreamError)
+        assert trail.broken == chunk.events[-1].message
+        trail = TokenTrail()
+        trail.prompt = [1, 2]
+        mapper = make(trail)
+        chunk = mapper.fail(UpstreamError("connection failed mid-answer"))
+        assert chunk is not None and trail.broken == "connection failed mid-answer"
+        assert mapper.feed(b"not json") is None and mapper.close() is None  # ended: nothing more
+        trail = TokenTrail()
+        trail.prompt = [1, 2]
+        chunk = make(trail).feed(b"not json")
+        assert chunk is not None and trail.broken is not None and chunk.native is None

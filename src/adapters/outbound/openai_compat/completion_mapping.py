@@ -29,7 +29,7 @@ from .finish_reasons import error_event, map_finish
 from .sse_decoder import blocks_of, payload_of
 from .stream_mapping import Phase
 from .token_ids import without_token_ids
-from .wire import EMBEDDINGS_DECODER, TEXT_DECODER, ErrorFields, UsageView
+from .wire import EMBEDDINGS_DECODER, TEXT_DECODER, ErrorFields, TextCompletionView, UsageView
 
 COMPLETION_FORMAT = "openai-completion"
 EMBEDDINGS_FORMAT = "openai-embeddings"
@@ -101,6 +101,10 @@ class TextStreamMapper:
             view = TEXT_DECODER.decode(payload)
         except msgspec.DecodeError as exc:
             return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
+        return self._mapped(view, payload)
+
+    def _mapped(self, view: TextCompletionView, payload: bytes) -> StreamChunk:
+        """The chunk of one decoded payload (not `[DONE]`)."""
         native = NativePayload(format=COMPLETION_FORMAT,
                                data=without_token_ids(payload, view) if self.relays else payload)
         if view.is_error:

@@ -18,7 +18,6 @@ import msgspec
 
 from domain.canonical import (
     ChatRequest,
-    ChunkBatch,
     StreamChunk,
     StreamError,
     StreamEvent,
@@ -28,14 +27,13 @@ from domain.canonical import (
     UsageReport,
 )
 from domain.completions import CompletionRequest
-from domain.errors import GatewayError, UpstreamError, UpstreamProtocolError, UpstreamRejected
+from domain.errors import UpstreamError, UpstreamProtocolError, UpstreamRejected
 from domain.resume import REASONING_END, TokenTrail, remaining_tokens
 
-from .finish_reasons import error_event, map_finish
-from .sse_decoder import blocks_of, payload_of
+from .completion_mapping import TextStreamMapper
+from .finish_reasons import map_finish
 from .stream_mapping import Phase
-from .trail_mapping import mark_break, note_payload
-from .wire import TEXT_DECODER
+from .trail_mapping import TrailBreaks, TrailTextView, decode_text, mark_break, note_text
 
 _ENCODER = msgspec.json.Encoder()
 _DONE = b"[DONE]"
@@ -60,12 +58,15 @@ def encode_continuation(request: ChatRequest | CompletionRequest, trail: TokenTr
     return _ENCODER.encode(body)
 
 
-class ContinuationMapper:
-    """A continuation's `data` payloads -> more of the broken answer's canonical chunks."""
+class ContinuationMapper(TrailBreaks, TextStreamMapper):
+    """A continuation's `data` payloads -> more of the broken answer's canonical chunks; reads,
+    the end of the body and failures as `TextStreamMapper`'s, its own failures breaks of the
+    trail (`TrailBreaks`)."""
 
-    __slots__ = ("_base", "_pending", "_reasoning", "phase", "trail")
+    __slots__ = ("_base", "_pending", "_reasoning", "trail")
 
     def __init__(self, trail: TokenTrail) -> None:
+        super().__init__()
         self.phase = Phase.OPEN  # the answer's MessageStart was sent by the first stream
         self.trail = trail
         self._base = trail.vouched  # generated tokens the client had before this continuation
@@ -73,10 +74,6 @@ class ContinuationMapper:
         # Chunks of thinking not shown yet (their end may begin the end marker): (text, how
         # many ids had been generated after it).
         self._pending: list[tuple[str, int]] = []
-
-    @property
-    def ended(self) -> bool:
-        return self.phase is Phase.DONE or self.phase is Phase.FAILED
 
     def feed(self, payload: bytes) -> StreamChunk | None:
         if self.ended or not payload:
@@ -87,7 +84,7 @@ class ContinuationMapper:
                 return None
             return self._fail(UpstreamProtocolError("upstream stream ended without a finish_reason"))
         try:
-            view = TEXT_DECODER.decode(payload)
+            view, ids = decode_text(payload)
         except msgspec.DecodeError as exc:
             return self._fail(UpstreamProtocolError(f"malformed upstream stream chunk: {exc}"))
         if view.is_error:
@@ -101,7 +98,7 @@ class ContinuationMapper:
         events: list[StreamEvent] = []
         choice = next((c for c in view.choices if c.index == 0), None)
         if choice is not None:
-            self._text(choice.text or "", payload, events)
+            self._text(choice.text or "", ids, events)
             if choice.finish_reason is not None and self.phase is Phase.OPEN:
                 if self._pending:
                     events.append(ThinkingDelta(text="".join(piece for piece, _ in self._pending)))
@@ -117,14 +114,16 @@ class ContinuationMapper:
             events.insert(at, UsageReport(usage=usage))
         return StreamChunk(events=events)
 
-    def _text(self, text: str, payload: bytes, events: list[StreamEvent]) -> None:
-        """Note the ids and map the text: thinking up to the end marker, answer text after.
+    def _text(self, text: str, ids: TrailTextView | None, events: list[StreamEvent]) -> None:
+        """Note the ids (`ids`: the payload's view, if they decoded) and map the text: thinking
+        up to the end marker, answer text after.
 
         Thinking whose end may begin the marker is held back whole chunk by whole chunk (a
         token's text cannot be split), and its ids are not vouched for until it is shown."""
         trail = self.trail
         vouched = trail.vouched
-        note_payload(trail, payload)
+        if ids is not None:
+            note_text(trail, ids)
         if not self._reasoning:
             if text:
                 events.append(TextDelta(text=text))
@@ -156,36 +155,6 @@ class ContinuationMapper:
             events.append(ThinkingDelta(text=held[:shown]))
             trail.vouched = pending[count - 1][1]
             del pending[:count]
-
-    def token_read(self, data: bytes) -> ChunkBatch | None:
-        return None
-
-    def feed_events(self, data: bytes) -> ChunkBatch:
-        batch: ChunkBatch = []
-        for block in blocks_of(data):
-            payload = payload_of(block)
-            chunk = self.feed(payload) if payload is not None else None
-            if chunk is not None:
-                batch.append(chunk)
-                if self.phase is Phase.FAILED:
-                    break
-        return batch
-
-    def close(self) -> StreamChunk | None:
-        if self.ended or self.phase is Phase.FINISHED:
-            return None
-        return self._fail(UpstreamProtocolError("upstream stream ended without a finish_reason"))
-
-    def fail(self, error: GatewayError) -> StreamChunk | None:
-        if self.ended or self.phase is Phase.FINISHED:
-            return None
-        return self._fail(error)
-
-    def _fail(self, error: GatewayError) -> StreamChunk:
-        self.phase = Phase.FAILED
-        chunk = StreamChunk(events=[error_event(error)])
-        mark_break(self.trail, chunk, False)
-        return chunk
 
 
 def _marker_prefix(text: str) -> int:

@@ -29,60 +29,50 @@ from domain.resume import TokenTrail
 
 from .completion_mapping import TextStreamMapper
 from .stream_mapping import Phase, StreamMapper
-from .wire import ChunkChoice, ChunkView, View
+from .wire import TEXT_DECODER, ChunkChoice, ChunkView, TextChoice, TextCompletionView
 
 _DONE = b"[DONE]"
 
 
-class IdsDelta(View):
-    content: str | None = None
-    reasoning: str | None = None
-    reasoning_content: str | None = None
-    tool_calls: list[msgspec.Raw] | None = None
-
-
-class IdsChoice(View):
-    index: int = 0
+class TrailTextChoice(TextChoice):
     token_ids: list[int] | None = None
-    prompt_token_ids: list[int] | None = None  # a text completion's (first chunk)
-    delta: IdsDelta | None = None
-    text: str | None = None  # a text completion's
-    finish_reason: str | None = None
+    prompt_token_ids: list[int] | None = None  # the first chunk's
 
 
-class IdsView(View):
-    prompt_token_ids: list[int] | None = None  # a chat stream's (first chunk)
-    choices: list[IdsChoice] = []
+class TrailTextView(TextCompletionView):
+    """A text completion stream's payload with vLLM's token ids: one decode gives the mapper its
+    text and finish and the trail its ids (`note_text`)."""
+
+    prompt_token_ids: list[int] | None = None
+    choices: list[TrailTextChoice] = []  # type: ignore[assignment]
 
 
-IDS_DECODER = msgspec.json.Decoder(IdsView)
+TRAIL_TEXT_DECODER = msgspec.json.Decoder(TrailTextView)
 
 
-def note_payload(trail: TokenTrail, payload: bytes) -> None:
-    """What one payload adds to the trail: the prompt's ids, choice 0's ids and whether its
-    text (or a tool call's part) reached the client. Undecodable payloads add nothing (the
-    mapper words the error)."""
+def decode_text(payload: bytes) -> tuple[TextCompletionView, TrailTextView | None]:
+    """A text completion payload's view, twice the same one when its ids decode (one decode);
+    ids that do not decode as ids are read past: the payload is decoded without them, for the
+    mapper alone (None: nothing to note). Raises `msgspec.DecodeError` for a payload that is not
+    a completion chunk at all."""
     try:
-        view = IDS_DECODER.decode(payload)
+        view = TRAIL_TEXT_DECODER.decode(payload)
     except msgspec.DecodeError:
-        return
+        return TEXT_DECODER.decode(payload), None
+    return view, view
+
+
+def note_text(trail: TokenTrail, view: TrailTextView) -> None:
+    """What one text completion payload adds to the trail: the prompt's ids, choice 0's ids and
+    whether its text reached the client."""
     if view.prompt_token_ids is not None and trail.prompt is None:
         trail.prompt = view.prompt_token_ids
     for choice in view.choices:
-        if choice.index != 0:
-            continue
-        if choice.prompt_token_ids is not None and trail.prompt is None:
-            trail.prompt = choice.prompt_token_ids
-        delta = choice.delta
-        if delta is None:
+        if choice.index == 0:
+            if choice.prompt_token_ids is not None and trail.prompt is None:
+                trail.prompt = choice.prompt_token_ids
             trail.note(choice.token_ids, bool(choice.text))
             return
-        thinking = delta.reasoning or delta.reasoning_content
-        if delta.tool_calls:
-            trail.tool_open = choice.finish_reason is None
-        trail.note(choice.token_ids, bool(thinking or delta.content or delta.tool_calls), bool(thinking)
-                   and not delta.content)  # fmt: skip
-        return
 
 
 def mark_break(trail: TokenTrail, chunk: StreamChunk | None, from_upstream: bool) -> None:
@@ -110,7 +100,20 @@ class TrailChunkView(ChunkView):
 TRAIL_CHUNK_DECODER = msgspec.json.Decoder(TrailChunkView)
 
 
-class TrailStreamMapper(StreamMapper):
+class TrailBreaks:
+    """A trail mapper's own failures (the connection, a timeout, a body without a finish) are
+    breaks another replica can mend: every error chunk the mapper makes itself marks the trail."""
+
+    __slots__ = ()
+    trail: TokenTrail
+
+    def _fail(self, error: GatewayError) -> StreamChunk:
+        chunk: StreamChunk = super()._fail(error)  # type: ignore[misc]
+        mark_break(self.trail, chunk, False)
+        return chunk
+
+
+class TrailStreamMapper(TrailBreaks, StreamMapper):
     """`StreamMapper` for a chat stream with token ids (see the module doc): every payload is
     decoded once, with its ids; errors, `[DONE]` and what does not decode take the base path."""
 
@@ -159,18 +162,8 @@ class TrailStreamMapper(StreamMapper):
         mark_break(trail, chunk, True)  # `finish_reason: "abort"` is a StreamError
         return chunk
 
-    def close(self) -> StreamChunk | None:
-        chunk = super().close()
-        mark_break(self.trail, chunk, False)
-        return chunk
 
-    def fail(self, error: GatewayError) -> StreamChunk | None:
-        chunk = super().fail(error)
-        mark_break(self.trail, chunk, False)
-        return chunk
-
-
-class TrailTextMapper(TextStreamMapper):
+class TrailTextMapper(TrailBreaks, TextStreamMapper):
     """`TextStreamMapper` for a text completion stream with token ids (see the module doc)."""
 
     __slots__ = ("trail",)
@@ -181,20 +174,19 @@ class TrailTextMapper(TextStreamMapper):
         self.trail = trail
 
     def feed(self, payload: bytes) -> StreamChunk | None:
+        view = None
         if payload and payload != _DONE and not self.ended:
-            note_payload(self.trail, payload)
-        chunk = super().feed(payload)
+            try:
+                view, ids = decode_text(payload)
+            except msgspec.DecodeError:
+                pass  # the base words it
+        if view is None:
+            chunk = super().feed(payload)
+        else:
+            if ids is not None:
+                note_text(self.trail, ids)
+            chunk = self._mapped(view, payload)
         if chunk is not None:
             mark_break(self.trail, chunk, chunk.native is not None)
             chunk.native = None
-        return chunk
-
-    def close(self) -> StreamChunk | None:
-        chunk = super().close()
-        mark_break(self.trail, chunk, False)
-        return chunk
-
-    def fail(self, error: GatewayError) -> StreamChunk | None:
-        chunk = super().fail(error)
-        mark_break(self.trail, chunk, False)
         return chunk
