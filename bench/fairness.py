@@ -58,7 +58,7 @@ ROWS = {  # name -> (fairness, gateway processes, weights of A and B)
 # plus one, so its queue never empties. With exactly 2 x cap, a consumer holding both slots
 # whose two streams end in the same step (equal answers, paced alike) has its queue empty for a
 # moment; its next request then lifts its service to the other's (the lift of an idle consumer,
-# docs/operations.md) and the deficit it was catching up on is gone: `--in-flight 4` shows it.
+# docs/operations.md) and the deficit it was catching up on is gone (bench/README.md: measured).
 WORKERS = 8
 BOTH_SERVED = 60.0  # s, at most, until both consumers had an answer (before the warm-up)
 DRAIN = 180.0  # s, at most, for the requests under way when the floods stop
@@ -223,6 +223,7 @@ def main() -> int:
         parser.error(f"unknown rows {unknown}; known: {', '.join(ROWS)}")
     args.in_flight = min(max(args.in_flight, 1), 32)
     args.seconds, args.warm_up = min(max(args.seconds, 1.0), 600.0), min(max(args.warm_up, 0.0), 120.0)
+    signal.signal(signal.SIGINT, _interrupt)  # also when started with SIGINT ignored (`cmd &`)
     signal.signal(signal.SIGTERM, _interrupt)
     print(f"fairness: cap {rig.CAP}, stub {args.chunk_delay * 1000:g} ms a token (--max-num-seqs {rig.SLOTS}), "
           f"A {rig.ANSWER['A']}-token and B {rig.ANSWER['B']}-token streams, {args.in_flight} in flight each; "
