@@ -19,6 +19,7 @@ def load_bench(script: str) -> ModuleType:
         spec = importlib.util.spec_from_file_location(f"bench_{Path(script).stem}", BENCH / script)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
         return module
     finally:
@@ -43,3 +44,8 @@ def paced() -> ModuleType:
 @pytest.fixture(scope="module")
 def instructions() -> ModuleType:
     return load_bench("instructions.py")
+
+
+@pytest.fixture(scope="module")
+def fairness() -> ModuleType:
+    return load_bench("fairness.py")
