@@ -24,7 +24,7 @@ under way ends, and the output tokens the gateways counted since they started mu
 the stub generated (its --log: requests started per consumer, times that consumer's answer).
 
 A row whose gateway refuses to start prints `gateway refused to start: <its message>` and the
-run goes on. Exit status 1 if a verdict or a metering check failed, else 0. Loopback only; every
+run goes on. Exit status 1 if a row could not run or a verdict or a metering check failed, else 0. Loopback only; every
 row is bounded in time; every process is stopped at the end, on Ctrl-C and on SIGTERM.
 """
 
@@ -241,7 +241,7 @@ def main() -> int:
     refused = [row.name for row in rows if row.refused is not None]
     print(f"\n{len(rows) - len(refused)} row(s) measured" + (f", refused to start: {', '.join(refused)}" if refused
           else "") + f"; every verdict {'met' if ok else 'NOT met'} ({time.monotonic() - began:.0f} s)")
-    return 0 if ok else 1
+    return 0 if ok and not refused else 1
 
 
 if __name__ == "__main__":
