@@ -27,7 +27,8 @@ its share. So the order knows each consumer's admitted, not yet released request
 at once, `pop` from the queue, `released`; a lease moved to another replica is still held).
 
 Counters live as long as the order (one per consumer of the keys file: bounded) and are
-floats: corrections may be negative (the prompt estimate leans high). `rank` is an estimate:
+floats: corrections may be negative (the prompt estimate leans high). The held requests are
+one entry per admitted ticket not yet released (at most the cap's). `rank` is an estimate:
 future charges decide the real order; it counts the higher bands' tickets and, within the
 band, a round robin over the waiting consumers in their present order.
 """
@@ -41,7 +42,8 @@ class TokenOrder:
     """Queued tickets by band, consumer and arrival, and each consumer's service: push,
     remove and rank in O(c + its own queue), peek and pop in O(c), c = the band's waiting
     consumers (few: they come from the keys file). Same interface as `FifoOrder` and
-    `FairOrder`, plus `charge` and `service`."""
+    `FairOrder`, plus `charge` and `service`, and `admitted`/`released`/`holding` for the
+    requests holding slots (the lift's idle test)."""
 
     __slots__ = ("_bands", "_held", "_holder", "_last", "_output_weight", "_service", "_where")
     # a newcomer from a consumer with less service is placed ahead of tickets already queued
