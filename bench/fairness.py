@@ -62,6 +62,7 @@ ROWS = {  # name -> (fairness, gateway processes, weights of A and B)
 WORKERS = 4
 BOTH_SERVED = 60.0  # s, at most, until both consumers had an answer (before the warm-up)
 DRAIN = 180.0  # s, at most, for the requests under way when the floods stop
+SETTLE = 5.0  # s, at most, for the gateways' counters of the last answers after the drain
 BAND = (0.8, 1.25)
 FAR_MORE = 5.0  # under `fair`, A/B weighted (over the weight ratio) at least this
 
@@ -115,10 +116,17 @@ async def measure(row: Row, gateways: list[rig.Gateway], keys: dict[str, str], l
                     await task
         if any(tally.failed.values()):
             row.failed += f" failed requests {tally.failed}, last: {tally.last_failure}"
-        total = await rig.use(c, gateways)
-    row.counted = {who: total[who].output for who in rig.WHO}
-    row.started = rig.stub_started(log)
-    row.generated = {who: n * rig.ANSWER[who] for who, n in row.started.items()}
+        row.started = rig.stub_started(log)
+        row.generated = {who: n * rig.ANSWER[who] for who, n in row.started.items()}
+        # a gateway counts a request's tokens as its answer ends, a moment after the client
+        # read the last bytes: read again until the counts are in (bounded; no tolerance)
+        deadline = asyncio.get_running_loop().time() + SETTLE
+        while True:
+            total = await rig.use(c, gateways)
+            row.counted = {who: total[who].output for who in rig.WHO}
+            if row.counted == row.generated or asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.1)
 
 
 async def run_row(row: Row, work: Path, redis: str | None, args: argparse.Namespace) -> None:
