@@ -17,6 +17,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -163,7 +164,7 @@ async def test_tokens_held_requests_are_counted_down_on_every_release_path() -> 
             await gate.start()
         paused, other = gates
         a, b = Consumer(name="a"), Consumer(name="b")
-        mine = [await paused.enter("up", a) for _ in range(2)]
+        mine: list[Any] = [await paused.enter("up", a) for _ in range(2)]
         theirs = await other.enter("up", b)
         assert not any(lease.queued for lease in (*mine, theirs))
         assert await client.hgetall(held) == {"a": "2", "b": "1"} and await client.hlen(holder) == 3
