@@ -187,7 +187,7 @@ class SlotLedger:
                 self._promote(now)  # a head that lapsed may have let the next ones in
         if not waiting and self._admit(ticket, slots, now, prefer, max_extra):
             if self.tokens is not None:  # who a newcomer to an empty band is lifted to
-                self.tokens.admitted(consumer.name, consumer.priority)
+                self.tokens.admitted(ticket, consumer.name, consumer.priority)
             return Decision(Outcome.ADMITTED, ticket)
         share = policy.max_queued_per_consumer
         if len(waiting) >= policy.queue_depth or (share is not None and queue.queued_of(consumer.name) >= share):
@@ -210,6 +210,8 @@ class SlotLedger:
         Raises KeyError if `ticket` holds no slot (a double release is a caller bug).
         """
         started = self._held.give_back(ticket)
+        if self.tokens is not None:  # its consumer may be idle now (the lift's condition)
+            self.tokens.released(ticket)
         took = max(0.0, now - started)
         s = self._service
         self._service = took if s is None else s + EWMA_ALPHA * (took - s)

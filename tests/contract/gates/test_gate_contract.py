@@ -318,3 +318,41 @@ async def test_tokens_charges_of_two_processes_order_both(make_gate: MakeGate) -
     order, held = await serve(held, tickets, 2, output=0)
     assert order == ["b1", "a1"]
     await held[1].release()
+
+
+async def test_tokens_a_consumer_with_requests_running_is_not_lifted(make_gate: MakeGate) -> None:
+    """Idle means nothing queued AND nothing holding slots: a consumer whose queue emptied
+    while its requests run keeps its deficit; after its last release it is lifted again."""
+    pol = AdmissionPolicy(max_in_flight=2, queue_depth=16, queue_timeout_seconds=10, fairness="tokens",
+                          output_token_weight=2.0)
+    gate = await make_gate({"up": pol})
+    a, b = Consumer(name="a"), Consumer(name="b")
+
+    async def next_grant(tickets: dict[str, Any]) -> tuple[str, Any]:
+        got = [(rid, lease) for rid, ticket in tickets.items() if (lease := await ticket.wait(0)) is not None]
+        assert len(got) == 1, got
+        del tickets[got[0][0]]
+        return got[0]
+
+    b1, b2 = await gate.enter("up", b), await gate.enter("up", b)  # b holds both slots
+    tickets = {"a1": await gate.enter("up", a)}
+    gate.charge("up", a, 0, 500)  # a was served 1000 weighted tokens, b nothing
+    await b1.release()
+    _, a1 = await next_grant(tickets)
+    # nothing queued, but b2 runs: b is not idle, keeps its 0 and goes ahead of a's older ticket
+    tickets |= {"a2": await gate.enter("up", a), "b3": await gate.enter("up", b)}
+    await a1.release()
+    rid, b3 = await next_grant(tickets)
+    assert rid == "b3"
+    await b2.release()
+    _, a2 = await next_grant(tickets)
+    await b3.release()  # b's last request ends: b is idle
+    a3 = await gate.enter("up", a)
+    assert not a3.queued
+    tickets |= {"a4": await gate.enter("up", a), "b4": await gate.enter("up", b)}  # b lifted to a's 1000
+    await a2.release()
+    rid, a4 = await next_grant(tickets)
+    assert rid == "a4"  # a tie, and a's ticket is older
+    await tickets["b4"].cancel()
+    for lease in (a3, a4):
+        await lease.release()

@@ -2,7 +2,8 @@
 (hypothesis): entries of k slots with and without affinity, releases, cancels, replica
 discovery, ejected and saturated sets, the one safe retry's lease move and, under `fairness
 = "tokens"`, charges (sent at once, or carried by the charging lease's own release as a
-request's meter settles before it), compared step by step (outcome, slots, replica,
+request's meter settles before it) and consumers whose queue empties while their requests
+still hold slots (not idle: not lifted), compared step by step (outcome, slots, replica,
 positions, counts, replica views).
 
 Needs the Redis at GATEWAY_TEST_REDIS_URL (default redis://127.0.0.1:6379/0) and FAILS
@@ -84,6 +85,14 @@ def _ready(mask: int) -> list[str]:
          ops=[("enter", 1, "a"), ("enter", 1, "a"), ("enter", 1, "b"), ("enter", 1, "a"), ("settle", 0, 10),
               ("charge", 5, "b"), ("settle", 0, 1), ("enter", 1, "hi"), ("enter", 1, "b"), ("settle", 0, 20),
               ("enter", 1, "a"), ("settle", 0, 0), ("charge", 20, "hi"), ("enter", 2, "a"), ("settle", 0, 3)])
+@example(cap=2, limit=2, fairness="tokens", replicated=False, first=1,  # queues empty while requests run: no lift
+         ops=[("enter", 1, "a"), ("enter", 1, "a"), ("enter", 1, "b"), ("charge", 20, "a"), ("release", 0, ""),
+              ("enter", 1, "b"), ("enter", 1, "a"), ("settle", 0, 5), ("settle", 0, 5), ("enter", 1, "b"),
+              ("enter", 1, "a"), ("settle", 1, 0), ("settle", 0, 20), ("enter", 1, "a"), ("enter", 1, "b")])
+@example(cap=3, limit=2, fairness="tokens", replicated=True, first=3,  # k slots held, moved, then the last release
+         ops=[("enter", 2, "b"), ("enter", 1, "a"), ("charge", 10, "a"), ("move", 0, ""), ("enter", 1, "b"),
+              ("enter", 1, "a"), ("settle", 1, 4), ("enter", 1, "b"), ("settle", 0, 0), ("settle", 0, 0),
+              ("settle", 0, 0), ("enter", 1, "a"), ("enter", 1, "a"), ("enter", 1, "a"), ("enter", 1, "b")])
 async def test_memory_and_redis_decide_alike(
     cap: int, limit: int, fairness: str, replicated: bool, first: int, ops: list[tuple[Any, ...]],
 ) -> None:

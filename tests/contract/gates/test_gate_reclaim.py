@@ -17,6 +17,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -27,6 +28,8 @@ from tests.support.processes import _env
 
 from adapters.outbound.redis_gate import RedisAdmissionGate, scripts
 from adapters.outbound.system_clock import SystemClock
+from domain.admission.policy import AdmissionPolicy
+from domain.consumers import Consumer
 
 make_gate = replica_gate_support.make_gate  # the fixture (memory, redis, cluster)
 
@@ -142,3 +145,38 @@ async def test_a_graceful_close_gives_back_k_slots_per_replica(make_gate: MakeGa
     assert not entry.queued and entry.replica == A
     await eventually(lambda: counts(b) == {A: 4, B: 0} and b.snapshot("up").queued == 0)
     await entry.release()
+
+
+async def test_tokens_held_requests_are_counted_down_on_every_release_path() -> None:
+    """Under `fairness = "tokens"` the ledger counts each consumer's requests holding slots
+    (`theld`, the lift's idle test) and each held token's consumer (`tholder`): a release, the
+    reclaim of a fenced owner and a graceful close's purge all count them down (`free`)."""
+    await require_redis()
+    prefix = f"gwtest-{uuid.uuid4().hex[:12]}"
+    pol = AdmissionPolicy(max_in_flight=4, queue_depth=4, queue_timeout_seconds=10, fairness="tokens")
+    client = Redis.from_url(REDIS_URL, decode_responses=True)
+    gates = [RedisAdmissionGate({"up": pol}, SystemClock(), REDIS_URL, lease_seconds=lease, key_prefix=prefix)
+             for lease in (1.0, 30.0)]
+    keys, _ = scripts.upstream_keys(prefix, "up")
+    held, holder = (next(k for k in keys if k.endswith(f":{name}")) for name in ("theld", "tholder"))
+    try:
+        for gate in gates:
+            await gate.start()
+        paused, other = gates
+        a, b = Consumer(name="a"), Consumer(name="b")
+        mine: list[Any] = [await paused.enter("up", a) for _ in range(2)]
+        theirs = await other.enter("up", b)
+        assert not any(lease.queued for lease in (*mine, theirs))
+        assert await client.hgetall(held) == {"a": "2", "b": "1"} and await client.hlen(holder) == 3
+        await mine[0].release()
+        assert await client.hgetall(held) == {"a": "1", "b": "1"}
+        time.sleep(1.3)  # noqa: ASYNC251 -- a pause longer than the paused process's lease
+        await other.enter("up", b)  # any call reclaims the lapsed owner's slots
+        assert await client.hgetall(held) == {"b": "2"} and await client.hlen(holder) == 2
+        await other.close()  # purge: everything it still holds
+        assert not await client.exists(held) and not await client.exists(holder)
+    finally:
+        for gate in gates:
+            await gate.close()
+        await client.aclose()
+        await delete_prefix(prefix)

@@ -1,7 +1,9 @@
 """Token fairness across processes: two `gateway serve` processes on one Redis (its own
-redis-server), `fairness = "tokens"`, cap 2 shared, the stub pacing its tokens, a keys file
-with two consumers of equal weight. A floods 400-token answers, B 20-token ones, through
-BOTH gateways, each with more requests in flight than the cap, all streamed. Over the
+redis-server), `fairness = "tokens"`, cap 2 shared, the stub pacing its tokens (3 ms a token),
+a keys file with two consumers of equal weight. A floods 400-token answers, B 20-token ones,
+through BOTH gateways, each keeping 4 requests in flight (2 through each, twice the cap: a
+consumer whose queue empties for an instant while its requests hold slots is not idle and
+keeps its deficit, `theld` in the ledger), all streamed. Over the
 measured window, the two processes' `/metrics` together (`gateway_consumer_tokens_total`)
 show their weighted tokens (input + 2 x output) within 20% of each other: the order both
 processes dispatch by is one, fed by the charges of both (the one-process version is
@@ -28,7 +30,8 @@ from domain.consumers import key_digest
 
 KEYS = {"A": new_key(), "B": new_key()}
 ANSWER = {"A": 400, "B": 20}  # max_tokens of each consumer's requests (the stub answers that many)
-WORKERS = 4  # requests each consumer keeps in flight through each gateway (cap 2 for all)
+WORKERS = 2  # requests each consumer keeps in flight through each gateway (cap 2 for all)
+CHUNK_DELAY = "0.003"  # the stub's seconds a token: a 400-token answer streams for 1.2 s
 WARM_UP, WINDOW = 2.0, 10.0  # seconds: measured from the end of the warm-up, for the window
 
 
@@ -41,7 +44,7 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def _gateways(procs: Processes, redis: RedisServer, tmp_path: Path) -> list[Proc]:
-    stub = procs.stub("--tokens", "400", "--chunk-delay", "0.001")
+    stub = procs.stub("--tokens", "400", "--chunk-delay", CHUNK_DELAY)
     table = {**admission(2, 80, timeout=60), "fairness": '"tokens"'}
     keys = tmp_path / "keys.toml"
     keys.write_text("".join(f'[consumers.{who}]\nkeys = ["{key_digest(key)}"]\n' for who, key in KEYS.items()))

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from domain.admission.decisions import Outcome
 from domain.admission.ledger import SlotLedger
 from domain.admission.policy import TOKENS, AdmissionPolicy
 from domain.admission.token_order import TokenOrder
@@ -152,3 +153,39 @@ def test_removed_tickets_and_clear() -> None:
     assert sorted(order.rank(t) for t in (1, 3, 4)) == [1, 2, 3]
     order.clear()
     assert len(order) == 0 and order.rank(1) == 0
+
+
+def test_a_consumer_holding_slots_is_not_idle_so_not_lifted() -> None:
+    order = TokenOrder()
+    order.charge("a", 1, 1000, 0)
+    order.admitted(1, "b", 0)  # b holds a slot, nothing queued
+    order.push(2, "a", 0, 1)
+    order.push(3, "b", 0, 1)  # b arrives again while its request runs: it never left
+    assert order.service("b") == 0
+    assert order.pop() == 3 and order.holding("b") == 2
+    order.released(1)
+    order.released(3)
+    assert order.holding("b") == 0
+    order.push(4, "b", 0, 1)  # after its last release b is idle: lifted to a's level
+    assert order.service("b") == 1000
+
+
+def test_the_ledger_keeps_the_deficit_of_a_consumer_with_requests_running() -> None:
+    a, b = Consumer(name="a"), Consumer(name="b")
+    led = ledger(cap=2)
+    assert led.tokens is not None
+    b1 = led.arrive(0.0, b).ticket
+    b2 = led.arrive(0.0, b).ticket  # b holds both slots
+    a1 = led.arrive(0.0, a).ticket
+    b3 = led.arrive(0.0, b).ticket
+    led.tokens.charge("a", 1, 1000, 0)  # a was served far more before
+    assert led.release(b1, 1.0) == [b3]  # b still the least served
+    assert led.release(b2, 1.0) == [a1]
+    # b's queue is empty but b3 runs: b arrives again and keeps its deficit (not lifted to a's)
+    b4 = led.arrive(1.0, b).ticket
+    assert led.tokens.service("b") == 0 and led.position(b4) == 1
+    led.cancel(b4)
+    assert led.release(b3, 2.0) == []  # b's last request ends: it is idle
+    led.arrive(2.0, a)  # a takes the free slot
+    assert led.arrive(2.0, b).outcome is Outcome.QUEUED
+    assert led.tokens.service("b") == 1000  # lifted on its return (a's, the last admitted)

@@ -23,6 +23,8 @@ table name); `{U}` is a Redis Cluster hash tag, so one upstream's keys share a s
     P:{U}:tlast      HASH    band -> the consumer last admitted in it
     P:{U}:twait      ZSET    score 0, "<band>:<hex consumer>" per consumer waiting in the band
     P:{U}:tqueue     ZSET    score 0, "<band>:<hex consumer>:<seq>:<token>": queued requests
+    P:{U}:theld      HASH    consumer -> its requests holding slots (> 0): idle when none
+    P:{U}:tholder    HASH    held token -> its consumer (counted down by `free`)
   requests taking k > 1 slots and upstreams with replicas only:
     P:{U}:want       HASH    queued token -> k (k > 1)
     P:{U}:bound      HASH    held token -> "<k> <replica>"

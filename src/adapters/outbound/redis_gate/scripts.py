@@ -12,7 +12,7 @@ them with redis-py (`register_script`: EVALSHA, loading the script on a NOSCRIPT
 A line number in a Redis error counts from the first line of `common.lua`.
 
 What the scripts do, and why atomically, is told at the top of `lua/common.lua`; each
-script's own arguments at the top of its file. KEYS: the twenty-two of `KEY_NAMES`
+script's own arguments at the top of its file. KEYS: the twenty-four of `KEY_NAMES`
 (`upstream_keys`). ARGV starts with the same six: cap, wake channel, per-replica cap (0:
 no replicas), the caller's eligible replicas (ready and not ejected: they hold the live
 cap; space-separated, the saturated ones, in the cap but never picked, after a lone "|"),
@@ -51,6 +51,7 @@ KEY_NAMES = (
     "want", "bound", "extra", "replicas", "last",  # k slots per request / replicas
     "priorities", "by_priority",  # queued requests of consumers with a priority other than 0
     "service", "tlast", "twait", "tqueue",  # fairness = "tokens" (lua/tokens.lua)
+    "theld", "tholder",  # fairness = "tokens": who holds slots (an idle consumer is lifted; common.lua `free`)
 )
 # A band's tags are forgotten once its queue has been empty this long past the newest
 # deadline (only a cancelled request's unserved tag can outlive the queue: see `normalize`).
@@ -72,7 +73,7 @@ def band(priority: int) -> str:
 
 
 def upstream_keys(prefix: str, upstream: str) -> tuple[list[str], str]:
-    """The twenty-two keys and the wake channel of one upstream.
+    """The twenty-four keys and the wake channel of one upstream.
 
     `{upstream}` is a Redis Cluster hash tag: one upstream's keys live in one slot, so
     its scripts also run on a cluster; different upstreams may live on different nodes.

@@ -44,6 +44,7 @@ local F, E, N, VT, TG = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local WANT, BOUND, EXTRA, R, LAST = KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local PRI, BYP = KEYS[17], KEYS[18]
 local SV, TL, TW, TQ = KEYS[19], KEYS[20], KEYS[21], KEYS[22]
+local TH, TO = KEYS[23], KEYS[24]
 local cap, channel, rlimit, owner = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[6]
 -- ARGV[5]: the token service charged in the caller since its last call (`tokens.lua`),
 -- applied before anything else the script does
@@ -140,9 +141,16 @@ local function bound_of(token)
   return tonumber(string.sub(b, 1, sp - 1)), string.sub(b, sp + 1)
 end
 
--- give back every slot a held token holds, and its replica's
+-- give back every slot a held token holds, and its replica's; under `fairness = "tokens"`
+-- its consumer holds one request fewer (`tokens.lua`: TH and TO). Every release path
+-- (release, cancel, reclaim of a dead owner, purge) goes through here.
 local function free(token)
   redis.call('HDEL', S, token)
+  local holder = redis.call('HGET', TO, token)
+  if holder then
+    redis.call('HDEL', TO, token)
+    if redis.call('HINCRBY', TH, holder, -1) <= 0 then redis.call('HDEL', TH, holder) end
+  end
   local k, addr = bound_of(token)
   if k == 1 and addr == '' then return end
   redis.call('HDEL', BOUND, token)

@@ -27,7 +27,7 @@ local waiting = redis.call('ZCARD', Q)
 if waiting == 0 then
   local addr = take(token, owner, k, prefer, max_extra)
   if addr then
-    if tokens then token_admitted(b, consumer) end
+    if tokens then token_admitted(b, consumer, token) end
     return reply(1, 0, n, addr)
   end
 end

@@ -139,7 +139,7 @@ local function promote(newcomer, prefer, max_extra)
       granted[#granted + 1] = addr == '' and token or (token .. '|' .. addr)
       if tm then
         local b, h = string.match(tm, '^([^:]*):(%x*):')
-        token_admitted(b, unhex(h))
+        token_admitted(b, unhex(h), token)
       end
     end
     if member then

@@ -10,6 +10,14 @@
 --                   one range and the highest band with waiters is the first member.
 --   TQ (`tqueue`)   ZSET, score 0: "<band>:<hex consumer>:<seq>:<token>", the queued
 --                   tickets; one consumer's in a band are one range, oldest first.
+--   TH (`theld`)    HASH consumer -> its admitted requests not yet released (only > 0).
+--   TO (`tholder`)  HASH held token -> its consumer: `free` (common.lua), the one place
+--                   every release path goes through, counts it down in TH.
+--
+-- The lift is for a consumer that was IDLE: nothing queued in the band (TW) AND nothing
+-- holding slots (TH). One that keeps about twice the cap in flight often has nothing
+-- queued for an instant while its requests run; lifting it then would throw away the
+-- deficit it is catching up on.
 --
 -- A consumer's name is written in hex in the members: names may hold any character, and
 -- ':' then ends it unambiguously. `entries` maps a token to its TQ member, so every path
@@ -72,12 +80,12 @@ local function token_head()
 end
 
 -- a ticket of `consumer` is queued in band `b` as TQ member `member`: lift the consumer
--- first if it had nothing queued in the band (to the least service among the band's
--- waiting consumers; nobody waiting: to the service of the one last admitted in it;
--- never lowered)
+-- first if it was idle (nothing queued in the band, nothing holding slots) to the least
+-- service among the band's waiting consumers (nobody waiting: to the service of the one
+-- last admitted in it); never lowered
 local function token_push(b, consumer, member)
   local wm = b .. ':' .. hex(consumer)
-  if not redis.call('ZSCORE', TW, wm) then
+  if not redis.call('ZSCORE', TW, wm) and redis.call('HEXISTS', TH, consumer) == 0 then
     local floor, raw
     for _, other in ipairs(waiting_in(b)) do
       local r = redis.call('HGET', SV, unhex(string.match(other, ':(%x*)$'))) or '0'
@@ -90,8 +98,8 @@ local function token_push(b, consumer, member)
       floor = tonumber(raw)
     end
     if service_of(consumer) < floor then redis.call('HSET', SV, consumer, raw) end
-    redis.call('ZADD', TW, 0, wm)
   end
+  redis.call('ZADD', TW, 0, wm)
   redis.call('ZADD', TQ, 0, member)
 end
 
@@ -105,9 +113,12 @@ local function token_drop(member)
   end
 end
 
--- a dispatch from the band (`admitted` is the consumer's name): the lift's level later
-local function token_admitted(b, consumer)
+-- `token` of `consumer` was admitted in band `b` (at once or from the queue): the lift's
+-- level later, and it holds slots until `free`
+local function token_admitted(b, consumer, token)
   redis.call('HSET', TL, b, consumer)
+  redis.call('HSET', TO, token, consumer)
+  redis.call('HINCRBY', TH, consumer, 1)
 end
 
 -- `TokenOrder.rank`: 1 + the higher bands' tickets + a round robin within the band (up to
