@@ -311,7 +311,7 @@ async def test_tokens_charges_of_two_processes_order_both(make_gate: MakeGate) -
     a, b = Consumer(name="a"), Consumer(name="b")
     held = (one, await one.enter("up", a), a)
     tickets = {"a1": (one, await one.enter("up", a), a), "b1": (two, await two.enter("up", b), b)}
-    # a's long answer streams in process two (no call of its own there: the charge loop sends it)
+    # a's long answer streams in process two (no call of its own there: the refresher carries it)
     two.charge("up", a, 0, 400)
     await asyncio.sleep(1.0)
     # process one dispatches: a was served 800, b nothing: b goes first though a came first

@@ -145,7 +145,7 @@ async def test_memory_and_redis_decide_alike(
                 gate = redis[step % 2]
                 for g in (memory, gate):
                     g.charge("up", CONSUMERS[who], n * 6, n * 3)
-                await gate.flush_charges()  # what the charge loop does within 0.5 s
+                await gate._call(gate._ups["up"], "maintain", gate._owner)  # what the refresher does within 0.5 s
             elif op == "settle" and held:
                 m, r, owner = held.pop(n % len(held))
                 for g in (memory, r._gate):

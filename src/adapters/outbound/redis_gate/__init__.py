@@ -39,7 +39,7 @@ Every change is one Lua script (`lua/`, loaded by `scripts.py`), and each reclai
 owners, expires lapsed queue entries and promotes the smallest key while it fits (head-
 of-line), so a freed slot always goes to the same request whichever process asks (fifo:
 the longest waiter). Token service charged in a process goes with its next call on the
-upstream (or the charge loop's, within 0.5 s), applied before anything else. With
+upstream (or the refresher's, within 0.5 s), applied before anything else. With
 replicas the pick is made in the same script, among the eligible replicas the calling
 process passes (ready, not ejected; saturated ones marked), and the one safe retry moves a
 lease to another replica in one script (`move`). See docs/redis-ledger.md for the failure

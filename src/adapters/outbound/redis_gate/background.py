@@ -8,10 +8,10 @@
   then nudges every local waiter to poll, since messages published meanwhile are lost;
 - refresher: one pipelined `maintain` script per capped upstream every refresh interval
   (0.5 s): keeps the snapshot cache fresh and reclaims dead owners' slots even when no
-  request arrives, so a waiter in another process is promoted within that interval;
-- charges (only with a `fairness = "tokens"` upstream): every 0.5 s, the token service
-  charged here and not yet carried by another call goes in one pipelined `maintain` per
-  upstream that has some (none: no call), so a long stream counts while it runs.
+  request arrives, so a waiter in another process is promoted within that interval. Like
+  every script call it carries the token service charged here and not yet sent
+  (`fairness = "tokens"`), so a long stream's charges reach the ledger within that interval
+  even when nothing else calls.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from adapters.outbound.redis_gate import scripts
 from adapters.outbound.redis_gate.connection import REDIS_DOWN
 from adapters.outbound.redis_gate.ledger import LedgerCore, RedisHealth
 
-__all__ = ["REDIS_DOWN", "RedisHealth", "charge_loop", "dispatch", "flush_pending", "heartbeat_loop",
-           "listen_loop", "read_oldest", "refresh_loop"]
+__all__ = ["REDIS_DOWN", "RedisHealth", "dispatch", "flush_pending", "heartbeat_loop", "listen_loop",
+           "read_oldest", "refresh_loop"]
 
 log = logging.getLogger("gateway.admission.redis")
 _EARLY_LIMIT = 1024  # promoted tokens remembered before their ticket is known
 _RETRY_SECONDS = 0.5  # pause before resubscribing after a pub/sub failure
-CHARGE_SECONDS = 0.5  # the longest a charge waits in this process for a call to carry it
 
 
 async def heartbeat_loop(gate: LedgerCore) -> None:
@@ -156,13 +155,3 @@ async def refresh_loop(gate: LedgerCore) -> None:
             log.exception("redis admission: refresh error")
         await asyncio.sleep(gate._refresh)
 
-
-async def charge_loop(gate: LedgerCore) -> None:
-    while not gate._closed:
-        await asyncio.sleep(CHARGE_SECONDS)
-        try:
-            await gate.flush_charges()
-        except REDIS_DOWN as error:  # those charges are dropped: the order runs on without them
-            log.debug("redis admission: charges not sent: %s", error)
-        except Exception:
-            log.exception("redis admission: charge loop error")

@@ -39,8 +39,7 @@ class RedisAdmissionGate(LedgerCore):
     # -- lifespan ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Register this process and start heartbeat, pub/sub listener, refresher and, with
-        a `fairness = "tokens"` upstream, the charge loop.
+        """Register this process and start heartbeat, pub/sub listener and refresher.
 
         Never fails because Redis is down: capped upstreams answer `AdmissionUnavailable`
         until it is back, and the loops keep retrying.
@@ -57,8 +56,6 @@ class RedisAdmissionGate(LedgerCore):
             asyncio.create_task(background.listen_loop(self), name="redis-gate-listener"),
             asyncio.create_task(background.refresh_loop(self), name="redis-gate-refresh"),
         ]
-        if any(up.metered for up in self._capped):
-            self._loops.append(asyncio.create_task(background.charge_loop(self), name="redis-gate-charges"))
         try:
             async with asyncio.timeout(1.0):
                 await self._subscribed.wait()
@@ -133,7 +130,7 @@ class RedisAdmissionGate(LedgerCore):
         """Add to `consumer`'s token service on `upstream` (ignored unless it is `metered`).
         Never waits: the charge joins this process's pending batch for the upstream, which
         the next script call on it carries and applies before anything else (a release
-        after a `settle` thus dispatches on it), or the charge loop within 0.5 s."""
+        after a `settle` thus dispatches on it), or the refresher's within its 0.5 s."""
         up = self._ups[upstream]
         if up.metered:
             up.charge(consumer.name, consumer.weight, input_tokens, output_tokens)

@@ -141,17 +141,6 @@ class LedgerCore:
                         reclaimed, up.key)
         return code, value, replica or None
 
-    async def flush_charges(self) -> None:
-        """Send the charges pending on every metered upstream now (a `maintain` call each,
-        in one round trip), for a stream that runs long without any other call: the charge
-        loop's step. Raises REDIS_DOWN errors (the batch is dropped)."""
-        ups = [up for up in self._capped if up.charges]
-        if ups:
-            script = self._scripts["maintain"]
-            calls = [(script, up.keys, [*up.args, up.take_charges(), self._owner]) for up in ups]
-            for up, reply in zip(ups, await run_scripts(self._redis, calls), strict=True):
-                self._absorb(up, reply)
-
     async def _register(self) -> None:
         async with self._register_lock:
             if self._registered:

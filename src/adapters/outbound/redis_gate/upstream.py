@@ -55,7 +55,7 @@ class Upstream:
         self.open = 0  # leases held on an uncapped upstream
         self.service: float | None = None  # EWMA of this process's service times
         # fairness = "tokens": consumer -> token service charged here and not yet sent (it goes
-        # with the next script call on this upstream, or the charge loop's within 0.5 s)
+        # with the next script call on this upstream, or the refresher's within 0.5 s)
         self.metered = policy is not None and policy.fairness == TOKENS
         self.charges: dict[str, float] = {}
 
