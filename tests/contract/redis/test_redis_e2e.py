@@ -10,25 +10,15 @@ import asyncio
 import collections
 import signal
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
 import aiohttp
-import pytest
 from tests.support.processes import Processes, upstream_toml
 from tests.support.redis_server import RedisServer
 
 V1 = {"model": "reasoning", "messages": [{"role": "user", "content": "hi"}]}
 LLM = {"model": "reasoning", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _toml(redis: RedisServer, stub_url: str, cap: int, depth: int, *, lease: float = 10.0,
