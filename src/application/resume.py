@@ -96,11 +96,8 @@ class Resumes:
         if not self.watches(upstream):
             opening = care.open(upstream, lease, record, opener)
             return opening if opened is None else _then(opening, opened)
-        trail = self.trail(upstream, request)
-        if trail is not None:
-            opener = functools.partial(opener, trail=trail)
-        continuation = _continuation(client, request, trail, heartbeat)
-        return contextlib.aclosing(self.relay(care, upstream, lease, record, opener, continuation, trail, opened))
+        return self._relayed(care, upstream, request, lease, record, opener, client, opened, heartbeat,
+                             self.trail(upstream, request))  # fmt: skip
 
     async def answer(
         self, care: ReplicaCare, upstream: str, request: ChatRequest | CompletionRequest, lease: SlotLease,
@@ -116,11 +113,20 @@ class Resumes:
             if opened is not None:  # where it was served (after a retry, too)
                 await opened()
             return answer
-        continuation = _continuation(client, request, trail, None)
-        relay = self.relay(care, upstream, lease, record, functools.partial(opener, trail=trail), continuation,
-                           trail, opened)  # fmt: skip
-        async with contextlib.aclosing(relay) as batches:
+        async with self._relayed(care, upstream, request, lease, record, opener, client, opened, None,
+                                 trail) as batches:  # fmt: skip
             return await collect(batches)
+
+    def _relayed(
+        self, care: ReplicaCare, upstream: str, request: ChatRequest | CompletionRequest, lease: SlotLease,
+        record: RequestRecord | None, opener: Opener, client: Continues, opened: Opened | None,
+        heartbeat: float | None, trail: TokenTrail | None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[ChunkBatch]]:
+        """`relay` of `opener`'s stream (given `trail=` when there is one), closed on leaving."""
+        if trail is not None:
+            opener = functools.partial(opener, trail=trail)
+        continuation = _continuation(client, request, trail, heartbeat)
+        return contextlib.aclosing(self.relay(care, upstream, lease, record, opener, continuation, trail, opened))
 
     def _count(self, upstream: str, outcome: str) -> None:
         for listener in self._listeners:
